@@ -1,0 +1,93 @@
+// Inspecting and verifying a packed dataset (`stoker inspect`, `stoker verify`).
+#ifndef STOKER_DATASET_H_
+#define STOKER_DATASET_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "format/manifest.h"
+#include "format/shard_reader.h"
+
+namespace stoker {
+
+// Reads and validates the manifest of the dataset at `uri` (a local folder).
+// Returns NotFound when there is no manifest, DataLoss when it is damaged.
+absl::StatusOr<Manifest> Inspect(const std::string& uri);
+
+struct VerifyOptions {
+  // Shards verified in parallel. Default: all cores.
+  std::optional<int> workers;
+};
+
+struct VerifyReport {
+  uint64_t shards = 0;
+  uint64_t records_ok = 0;
+  uint64_t records_bad = 0;
+  uint64_t bytes = 0;  // shard bytes read
+  double seconds = 0;
+  // Every problem found: damaged records (shard, offset, key), damaged
+  // headers, index or footer, missing shards, and shards whose size, record
+  // count or CRC disagree with the manifest. Sorted by shard, then offset.
+  std::vector<shard::Corruption> corruptions;
+  bool ok() const { return corruptions.empty(); }
+};
+
+// Reads every byte of every shard of the dataset at `uri` and checks it.
+// Damage is reported in the result, not as an error; a non-OK status means
+// the dataset could not be read at all (no or damaged manifest).
+absl::StatusOr<VerifyReport> Verify(const std::string& uri, const VerifyOptions& options = {});
+
+// One record read back from a dataset, owning its bytes.
+struct Record {
+  std::string key;
+  int32_t label = shard::kNoLabel;
+  std::string meta;
+  std::string payload;
+  uint64_t shard = 0;   // index into the manifest's shard list
+  uint64_t offset = 0;  // of the record within its shard
+};
+
+// Random access to every record of a dataset by global index (records
+// numbered shard by shard, in file order).
+//
+// Thread-safety: Read is const and safe for concurrent use.
+class Dataset {
+ public:
+  // Loads the manifest and opens every shard, checking each shard's
+  // structure (header, index, footer) and that its size and record count
+  // match the manifest. Returns NotFound / DataLoss naming the file.
+  static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::string& uri);
+
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+
+  const Manifest& manifest() const { return manifest_; }
+  uint64_t size() const { return manifest_.records; }
+
+  // Reads record i, checking its CRC. Returns OutOfRange for i >= size(),
+  // DataLoss naming shard, offset and key for a damaged record.
+  absl::StatusOr<Record> Read(uint64_t i) const;
+
+  // Like Read, without copies: reads record i into *scratch and points *out
+  // into it. Sets *shard_index when not null.
+  absl::Status ReadView(uint64_t i, std::string* scratch, shard::RecordView* out,
+                        uint64_t* shard_index = nullptr) const;
+
+  // The path of shard s, as used in error messages.
+  std::string shard_path(uint64_t s) const { return ShardPath(uri_, manifest_.shards[s]); }
+
+ private:
+  Dataset() = default;
+  std::string uri_;
+  Manifest manifest_;
+  std::vector<std::unique_ptr<shard::ShardReader>> readers_;
+  std::vector<uint64_t> first_record_;  // global index of each shard's first record
+};
+
+}  // namespace stoker
+
+#endif  // STOKER_DATASET_H_

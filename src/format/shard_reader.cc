@@ -1,0 +1,361 @@
+#include "format/shard_reader.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "util/strings.h"
+#include "util/crc32c.h"
+
+namespace stoker::shard {
+namespace {
+
+std::string Printable(std::string_view key) {
+  std::string out;
+  for (char c : key.substr(0, 200)) {
+    out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  return out;
+}
+
+absl::Status Damaged(std::string_view shard, uint64_t offset, std::string_view what) {
+  return absl::DataLossError(stoker::StrCat("shard ", shard, " at offset ", offset, ": ", what));
+}
+
+absl::Status CheckFileHeader(std::string_view bytes, std::string_view shard) {
+  FileHeader h;
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  if (std::memcmp(h.magic, kFileMagic, sizeof(h.magic)) != 0) {
+    return Damaged(shard, 0, "not a stoker shard (bad file magic)");
+  }
+  if (crc32c::Unmask(h.masked_crc) != crc32c::Value(&h, offsetof(FileHeader, masked_crc))) {
+    return Damaged(shard, 0, "file header CRC mismatch");
+  }
+  if (h.version != kFormatVersion) {
+    return absl::FailedPreconditionError(stoker::StrCat("shard ", shard, " has format version ",
+                                                      h.version, "; this stoker reads version ",
+                                                      kFormatVersion));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Footer> CheckFooter(std::string_view bytes, uint64_t file_size,
+                                   std::string_view shard) {
+  const uint64_t at = file_size - kFooterSize;
+  Footer f;
+  std::memcpy(&f, bytes.data(), sizeof(f));
+  if (std::memcmp(f.magic, kFooterMagic, sizeof(f.magic)) != 0) {
+    return Damaged(shard, at, "footer magic missing: the shard is truncated or damaged");
+  }
+  if (crc32c::Unmask(f.masked_crc) != crc32c::Value(&f, offsetof(Footer, masked_crc))) {
+    return Damaged(shard, at, "footer CRC mismatch");
+  }
+  if (f.version != kFormatVersion) {
+    return absl::FailedPreconditionError(stoker::StrCat("shard ", shard, " footer has version ",
+                                                      f.version));
+  }
+  if (f.index_offset < kFileHeaderSize || f.index_size != kIndexHeaderSize +
+                                                             f.record_count * kIndexEntrySize ||
+      f.index_offset + f.index_size != at) {
+    return Damaged(shard, at,
+                   stoker::StrCat("footer places the index at ", f.index_offset, "+",
+                                f.index_size, " but the footer starts at ", at,
+                                " (truncated or damaged)"));
+  }
+  return f;
+}
+
+// Checks the index bytes against the footer; on success fills *entries.
+absl::Status CheckIndex(std::string_view bytes, const Footer& f, std::string_view shard,
+                        std::vector<IndexEntry>* entries) {
+  if (crc32c::Unmask(f.index_masked_crc) != crc32c::Value(bytes.data(), bytes.size())) {
+    return Damaged(shard, f.index_offset, "index CRC mismatch");
+  }
+  IndexHeader ih;
+  std::memcpy(&ih, bytes.data(), sizeof(ih));
+  if (ih.magic != kIndexMagic || ih.entry_size != kIndexEntrySize ||
+      ih.record_count != f.record_count) {
+    return Damaged(shard, f.index_offset, "index header does not match the footer");
+  }
+  entries->resize(f.record_count);
+  std::memcpy(entries->data(), bytes.data() + kIndexHeaderSize,
+              f.record_count * kIndexEntrySize);
+  uint64_t expect = kFileHeaderSize;
+  for (uint64_t i = 0; i < entries->size(); ++i) {
+    const IndexEntry& e = (*entries)[i];
+    if (e.offset != expect || e.size < kRecordHeaderSize || e.size > f.index_offset ||
+        e.offset + e.size > f.index_offset) {
+      return Damaged(shard, f.index_offset + kIndexHeaderSize + i * kIndexEntrySize,
+                     stoker::StrCat("index entry ", i, " (offset ", e.offset, ", size ", e.size,
+                                  ") does not follow the previous record"));
+    }
+    expect = e.offset + e.size;
+  }
+  if (expect != f.index_offset) {
+    return Damaged(shard, f.index_offset, "records do not end where the index starts");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseRecord(std::string_view bytes, uint64_t offset, std::string_view shard,
+                         RecordView* out) {
+  if (bytes.size() < kRecordHeaderSize) {
+    return Damaged(shard, offset, "record header cut short");
+  }
+  RecordHeader h;
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  if (h.magic != kRecordMagic) return Damaged(shard, offset, "bad record magic");
+  if (h.key_len > kMaxKeyBytes || h.meta_len > kMaxMetaBytes ||
+      h.payload_len > kMaxPayloadBytes ||
+      kRecordHeaderSize + uint64_t{h.key_len} + h.meta_len + h.payload_len != bytes.size()) {
+    return Damaged(shard, offset,
+                   stoker::StrCat("record lengths (key ", h.key_len, ", meta ", h.meta_len,
+                                ", payload ", h.payload_len, ") do not fit the ", bytes.size(),
+                                " bytes the index gives"));
+  }
+  std::string_view key = bytes.substr(kRecordHeaderSize, h.key_len);
+  uint32_t crc = crc32c::Value(bytes.data() + kRecordHeaderCrcStart,
+                               bytes.size() - kRecordHeaderCrcStart);
+  if (crc != crc32c::Unmask(h.masked_crc)) {
+    return Damaged(shard, offset, stoker::StrCat("record CRC mismatch (key '", Printable(key),
+                                               "', possibly damaged)"));
+  }
+  out->key = key;
+  out->meta = bytes.substr(kRecordHeaderSize + h.key_len, h.meta_len);
+  out->payload = bytes.substr(kRecordHeaderSize + h.key_len + h.meta_len);
+  out->label = h.label;
+  out->offset = offset;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(
+    std::shared_ptr<const io::ByteSource> source) {
+  const std::string& name = source->name();
+  const uint64_t size = source->size();
+  if (size < kMinShardSize) {
+    return Damaged(name, size, stoker::StrCat("file of ", size, " bytes is too short for a shard (",
+                                            kMinShardSize, " at least): truncated?"));
+  }
+  char head[kFileHeaderSize];
+  if (absl::Status s = source->ReadAt(0, sizeof(head), head); !s.ok()) return s;
+  if (absl::Status s = CheckFileHeader(std::string_view(head, sizeof(head)), name); !s.ok()) {
+    return s;
+  }
+  char foot[kFooterSize];
+  if (absl::Status s = source->ReadAt(size - kFooterSize, sizeof(foot), foot); !s.ok()) return s;
+  absl::StatusOr<Footer> footer = CheckFooter(std::string_view(foot, sizeof(foot)), size, name);
+  if (!footer.ok()) return footer.status();
+  std::string index_bytes(footer->index_size, '\0');
+  if (absl::Status s = source->ReadAt(footer->index_offset, index_bytes.size(), index_bytes.data());
+      !s.ok()) {
+    return s;
+  }
+  std::vector<IndexEntry> entries;
+  if (absl::Status s = CheckIndex(index_bytes, *footer, name, &entries); !s.ok()) return s;
+  return std::unique_ptr<ShardReader>(new ShardReader(std::move(source), std::move(entries)));
+}
+
+absl::Status ShardReader::ReadRecord(uint64_t i, std::string* scratch, RecordView* out) const {
+  if (i >= index_.size()) {
+    return absl::OutOfRangeError(
+        stoker::StrCat("record ", i, " of shard ", name(), " which has ", index_.size()));
+  }
+  const IndexEntry& e = index_[i];
+  scratch->resize(e.size);
+  if (absl::Status s = source_->ReadAt(e.offset, e.size, scratch->data()); !s.ok()) return s;
+  absl::Status s = ParseRecord(*scratch, e.offset, name(), out);
+  if (s.ok() && out->label != e.label) {
+    return Damaged(name(), e.offset, stoker::StrCat("record label ", out->label,
+                                                  " disagrees with the index (", e.label, ")"));
+  }
+  return s;
+}
+
+namespace {
+
+// A forward-only window over a source, read in large sequential pieces, that
+// also computes the CRC of every byte it has read, in file order.
+class SequentialWindow {
+ public:
+  explicit SequentialWindow(const io::ByteSource& source) : source_(source) {}
+
+  // Makes [off, off+n) available and returns it. Offsets must not go back
+  // before the start of the previous call's range.
+  absl::StatusOr<std::string_view> Get(uint64_t off, uint64_t n) {
+    if (off >= start_ && off + n <= start_ + buf_.size()) {
+      return std::string_view(buf_).substr(off - start_, n);
+    }
+    const uint64_t end = start_ + buf_.size();
+    const uint64_t new_start = std::min(off, end);
+    const uint64_t want_end =
+        std::min<uint64_t>(source_.size(), std::max(off + n, new_start + kChunk));
+    if (off + n > source_.size()) {
+      return absl::OutOfRangeError("past the end");
+    }
+    // Keep [new_start, end), then read [end, want_end).
+    std::string next(want_end - new_start, '\0');
+    if (new_start < end) {
+      std::memcpy(next.data(), buf_.data() + (new_start - start_), end - new_start);
+    }
+    const uint64_t read_from = std::max(end, new_start);
+    if (absl::Status s = source_.ReadAt(read_from, want_end - read_from,
+                                        next.data() + (read_from - new_start));
+        !s.ok()) {
+      return s;
+    }
+    crc_ = crc32c::Extend(crc_, next.data() + (read_from - new_start), want_end - read_from);
+    buf_.swap(next);
+    start_ = new_start;
+    return std::string_view(buf_).substr(off - start_, n);
+  }
+
+  // Reads whatever has not been read yet, so crc() covers the whole file.
+  absl::Status Finish() {
+    uint64_t end = start_ + buf_.size();
+    while (end < source_.size()) {
+      uint64_t n = std::min<uint64_t>(kChunk, source_.size() - end);
+      absl::StatusOr<std::string_view> got = Get(end, n);
+      if (!got.ok()) return got.status();
+      end = start_ + buf_.size();
+    }
+    return absl::OkStatus();
+  }
+  uint32_t crc() const { return crc_; }
+
+ private:
+  static constexpr uint64_t kChunk = uint64_t{8} << 20;
+  const io::ByteSource& source_;
+  std::string buf_;
+  uint64_t start_ = 0;
+  uint32_t crc_ = 0;
+};
+
+// The key of a record whose header is intact enough to locate it, else "".
+std::string KeyIfReadable(std::string_view bytes) {
+  if (bytes.size() < kRecordHeaderSize) return "";
+  RecordHeader h;
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  if (h.magic != kRecordMagic || h.key_len > kMaxKeyBytes ||
+      kRecordHeaderSize + uint64_t{h.key_len} > bytes.size()) {
+    return "";
+  }
+  return Printable(bytes.substr(kRecordHeaderSize, h.key_len));
+}
+
+void Report(ShardVerifyResult* r, const absl::Status& s, const std::string& shard, uint64_t off,
+            std::string key = "") {
+  Corruption c;
+  c.shard = shard;
+  c.offset = off;
+  c.key = std::move(key);
+  c.reason = std::string(s.message());
+  r->corruptions.push_back(std::move(c));
+}
+
+}  // namespace
+
+absl::StatusOr<ShardVerifyResult> VerifyShard(const io::ByteSource& source) {
+  const std::string& name = source.name();
+  const uint64_t size = source.size();
+  ShardVerifyResult r;
+  r.bytes = size;
+  SequentialWindow window(source);
+  if (size < kMinShardSize) {
+    Report(&r, Damaged(name, 0, stoker::StrCat("file of ", size,
+                                             " bytes is too short for a shard: truncated?")),
+           name, 0);
+    if (absl::Status s = window.Finish(); !s.ok()) return s;
+    r.file_crc32c = window.crc();
+    return r;
+  }
+  absl::StatusOr<std::string_view> head = window.Get(0, kFileHeaderSize);
+  if (!head.ok()) return head.status();
+  if (absl::Status s = CheckFileHeader(*head, name); !s.ok()) Report(&r, s, name, 0);
+
+  // Footer and index are small: read them out of band, then scan records.
+  std::string foot(kFooterSize, '\0');
+  if (absl::Status s = source.ReadAt(size - kFooterSize, kFooterSize, foot.data()); !s.ok()) {
+    return s;
+  }
+  std::optional<Footer> footer;
+  std::vector<IndexEntry> entries;
+  bool index_ok = false;
+  if (absl::StatusOr<Footer> f = CheckFooter(foot, size, name); f.ok()) {
+    footer = *f;
+    std::string index_bytes(f->index_size, '\0');
+    if (absl::Status s = source.ReadAt(f->index_offset, index_bytes.size(), index_bytes.data());
+        !s.ok()) {
+      return s;
+    }
+    absl::Status s = CheckIndex(index_bytes, *f, name, &entries);
+    if (s.ok()) {
+      index_ok = true;
+    } else {
+      Report(&r, s, name, f->index_offset);
+    }
+  } else {
+    Report(&r, f.status(), name, size - kFooterSize);
+  }
+
+  RecordView view;
+  if (index_ok) {
+    for (const IndexEntry& e : entries) {
+      absl::StatusOr<std::string_view> bytes = window.Get(e.offset, e.size);
+      if (!bytes.ok()) return bytes.status();
+      absl::Status s = ParseRecord(*bytes, e.offset, name, &view);
+      if (s.ok() && view.label != e.label) {
+        s = Damaged(name, e.offset, "record label disagrees with the index");
+      }
+      if (s.ok()) {
+        ++r.records_ok;
+      } else {
+        ++r.records_bad;
+        Report(&r, s, name, e.offset, KeyIfReadable(*bytes));
+      }
+    }
+  } else {
+    // No trustworthy index: walk the record headers, and after a damaged
+    // record look for the next offset where a whole valid record starts.
+    const uint64_t limit = footer ? footer->index_offset : size;
+    uint64_t off = kFileHeaderSize;
+    bool in_damage = false;
+    while (off + kRecordHeaderSize <= limit) {
+      absl::StatusOr<std::string_view> hb = window.Get(off, kRecordHeaderSize);
+      if (!hb.ok()) return hb.status();
+      RecordHeader h;
+      std::memcpy(&h, hb->data(), sizeof(h));
+      uint64_t total = kRecordHeaderSize + uint64_t{h.key_len} + h.meta_len + h.payload_len;
+      absl::Status s;
+      std::string bad_key;
+      if (h.magic != kRecordMagic) {
+        s = Damaged(name, off, "bad record magic");
+      } else if (h.key_len > kMaxKeyBytes || h.meta_len > kMaxMetaBytes ||
+                 h.payload_len > kMaxPayloadBytes || off + total > limit) {
+        s = Damaged(name, off, "record lengths run past the end of the record area");
+      } else {
+        absl::StatusOr<std::string_view> bytes = window.Get(off, total);
+        if (!bytes.ok()) return bytes.status();
+        s = ParseRecord(*bytes, off, name, &view);
+        if (!s.ok()) bad_key = KeyIfReadable(*bytes);
+      }
+      if (s.ok()) {
+        ++r.records_ok;
+        in_damage = false;
+        off += total;
+        continue;
+      }
+      if (!in_damage) {
+        ++r.records_bad;
+        Report(&r, s, name, off, bad_key);
+        in_damage = true;
+      }
+      ++off;  // resynchronise byte by byte; only damaged shards pay for this
+    }
+  }
+  if (absl::Status s = window.Finish(); !s.ok()) return s;
+  r.file_crc32c = window.crc();
+  return r;
+}
+
+}  // namespace stoker::shard

@@ -1,0 +1,92 @@
+// Byte sources: the one narrow interface every reader of stoker reads through
+// (local files now; S3 and the node cache later), plus the fakes tests use.
+#ifndef STOKER_IO_BYTE_SOURCE_H_
+#define STOKER_IO_BYTE_SOURCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace stoker::io {
+
+// A read-only sequence of bytes of known size.
+//
+// Thread-safety: implementations are safe for concurrent use; ReadAt is
+// const and carries no cursor.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+
+  // Reads exactly n bytes at `offset` into dst.
+  // Returns OutOfRange if [offset, offset+n) is not inside [0, size()),
+  // DataLoss if the source ended early (a short read is never returned as
+  // success), or the underlying I/O error.
+  virtual absl::Status ReadAt(uint64_t offset, size_t n, char* dst) const = 0;
+
+  // Total size in bytes, fixed for the life of the object.
+  virtual uint64_t size() const = 0;
+
+  // A human-readable name used in every error message (path or URI).
+  virtual const std::string& name() const = 0;
+
+  // A read size that uses the medium well; callers may read in larger or
+  // smaller pieces. Default: 4 MiB.
+  virtual size_t preferred_read_size() const { return size_t{4} << 20; }
+};
+
+// Opens a local file for reading. Returns NotFound naming the path if it does
+// not exist, PermissionDenied if it cannot be opened.
+absl::StatusOr<std::unique_ptr<ByteSource>> OpenLocalFile(const std::string& path);
+
+// A source over bytes held in memory; `name` appears in errors. Tests use it
+// to feed truncated or corrupted shards to readers.
+std::unique_ptr<ByteSource> MakeMemorySource(std::string bytes, std::string name);
+
+// Forwards to a wrapped source; subclass it to intercept some calls.
+// `base` must remain live while this wrapper is used.
+class ByteSourceWrapper : public ByteSource {
+ public:
+  explicit ByteSourceWrapper(const ByteSource* base) : base_(base) {}
+  absl::Status ReadAt(uint64_t offset, size_t n, char* dst) const override {
+    return base_->ReadAt(offset, n, dst);
+  }
+  uint64_t size() const override { return base_->size(); }
+  const std::string& name() const override { return base_->name(); }
+  size_t preferred_read_size() const override { return base_->preferred_read_size(); }
+
+ protected:
+  const ByteSource* base_;
+};
+
+// A fault injector for tests: fails every read that touches
+// [fail_from, fail_to) with `error`, and flips the bits of `xor_mask` at
+// `flip_offset` in the bytes returned.
+struct FaultSpec {
+  uint64_t fail_from = UINT64_MAX;
+  uint64_t fail_to = UINT64_MAX;
+  absl::Status error = absl::UnavailableError("injected fault");
+  uint64_t flip_offset = UINT64_MAX;
+  uint8_t xor_mask = 0;
+};
+std::unique_ptr<ByteSource> MakeFaultySource(const ByteSource* base, FaultSpec spec);
+
+// Reads the whole source into a string (for small sources: manifests, tests).
+absl::StatusOr<std::string> ReadAll(const ByteSource& source);
+
+// Reads a whole local file. Returns NotFound / PermissionDenied / DataLoss
+// naming the path.
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Writes `data` to `path` atomically: a unique temporary file in the same
+// folder, fsync, rename over `path`, fsync of the folder. Readers see either
+// the old file or the new one, never a torn one.
+absl::Status WriteFileAtomically(const std::string& path, std::string_view data);
+
+}  // namespace stoker::io
+
+#endif  // STOKER_IO_BYTE_SOURCE_H_
