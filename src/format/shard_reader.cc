@@ -175,7 +175,10 @@ absl::Status ShardReader::ReadRecord(uint64_t i, std::string* scratch, RecordVie
 namespace {
 
 // A forward-only window over a source, read in large sequential pieces, that
-// also computes the CRC of every byte it has read, in file order.
+// also computes the CRC of every byte of the file, in file order. The CRC of
+// an intact record is joined from the CRC in its header (ClaimRecord), so
+// verify reads the bulk of the bytes once; bytes not claimed are summed
+// before the window lets go of them.
 class SequentialWindow {
  public:
   explicit SequentialWindow(const io::ByteSource& source) : source_(source) {}
@@ -183,53 +186,88 @@ class SequentialWindow {
   // Makes [off, off+n) available and returns it. Offsets must not go back
   // before the start of the previous call's range.
   absl::StatusOr<std::string_view> Get(uint64_t off, uint64_t n) {
-    if (off >= start_ && off + n <= start_ + buf_.size()) {
-      return std::string_view(buf_).substr(off - start_, n);
+    if (off >= start_ && off + n <= start_ + buf_size_) {
+      return std::string_view(buf_.get() + (off - start_), n);
     }
-    const uint64_t end = start_ + buf_.size();
+    const uint64_t end = start_ + buf_size_;
     const uint64_t new_start = std::min(off, end);
     const uint64_t want_end =
         std::min<uint64_t>(source_.size(), std::max(off + n, new_start + kChunk));
     if (off + n > source_.size()) {
       return absl::OutOfRangeError("past the end");
     }
-    // Keep [new_start, end), then read [end, want_end).
-    std::string next(want_end - new_start, '\0');
+    SumUpTo(new_start);  // bytes about to be dropped
+    // Keep [new_start, end), then read [end, want_end), into the spare
+    // buffer (reused: no allocation or zero-filling per chunk).
+    const uint64_t want = want_end - new_start;
+    if (spare_capacity_ < want) {
+      spare_.reset(new char[want]);
+      spare_capacity_ = want;
+    }
     if (new_start < end) {
-      std::memcpy(next.data(), buf_.data() + (new_start - start_), end - new_start);
+      std::memcpy(spare_.get(), buf_.get() + (new_start - start_), end - new_start);
     }
     const uint64_t read_from = std::max(end, new_start);
     if (absl::Status s = source_.ReadAt(read_from, want_end - read_from,
-                                        next.data() + (read_from - new_start));
+                                        spare_.get() + (read_from - new_start));
         !s.ok()) {
       return s;
     }
-    crc_ = crc32c::Extend(crc_, next.data() + (read_from - new_start), want_end - read_from);
-    buf_.swap(next);
+    std::swap(buf_, spare_);
+    std::swap(buf_capacity_, spare_capacity_);
+    buf_size_ = want;
     start_ = new_start;
-    return std::string_view(buf_).substr(off - start_, n);
+    return std::string_view(buf_.get() + (off - start_), n);
+  }
+
+  // Declares that the record at [off, off+size), now in the window, passed
+  // its CRC check with `record_crc` (the CRC of its bytes after the header's
+  // CRC field). Joins it into the file CRC when it is the next unsummed
+  // range; otherwise its bytes are summed one by one later.
+  void ClaimRecord(uint64_t off, uint64_t size, uint32_t record_crc) {
+    if (off != crc_pos_ || off < start_ || off + size > start_ + buf_size_) return;
+    crc_ = crc32c::Extend(crc_, buf_.get() + (off - start_), kRecordHeaderCrcStart);
+    crc_ = crc32c::Combine(crc_, record_crc, size - kRecordHeaderCrcStart);
+    crc_pos_ = off + size;
   }
 
   // Reads whatever has not been read yet, so crc() covers the whole file.
   absl::Status Finish() {
-    uint64_t end = start_ + buf_.size();
+    uint64_t end = start_ + buf_size_;
     while (end < source_.size()) {
       uint64_t n = std::min<uint64_t>(kChunk, source_.size() - end);
       absl::StatusOr<std::string_view> got = Get(end, n);
       if (!got.ok()) return got.status();
-      end = start_ + buf_.size();
+      end = start_ + buf_size_;
     }
+    SumUpTo(end);
     return absl::OkStatus();
   }
   uint32_t crc() const { return crc_; }
 
  private:
+  // Extends the CRC over the buffered bytes [crc_pos_, pos).
+  void SumUpTo(uint64_t pos) {
+    if (pos <= crc_pos_) return;
+    crc_ = crc32c::Extend(crc_, buf_.get() + (crc_pos_ - start_), pos - crc_pos_);
+    crc_pos_ = pos;
+  }
+
   static constexpr uint64_t kChunk = uint64_t{8} << 20;
   const io::ByteSource& source_;
-  std::string buf_;
-  uint64_t start_ = 0;
+  std::unique_ptr<char[]> buf_, spare_;
+  uint64_t buf_size_ = 0, buf_capacity_ = 0, spare_capacity_ = 0;
+  uint64_t start_ = 0;  // file offset of buf_[0]
+  uint64_t crc_pos_ = 0;  // the CRC covers [0, crc_pos_); start_ <= crc_pos_
   uint32_t crc_ = 0;
 };
+
+// The CRC stored in an intact record's header.
+uint32_t RecordCrc(std::string_view bytes) {
+  RecordHeader h;
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  return crc32c::Unmask(h.masked_crc);
+}
 
 // The key of a record whose header is intact enough to locate it, else "".
 std::string KeyIfReadable(std::string_view bytes) {
@@ -309,6 +347,7 @@ absl::StatusOr<ShardVerifyResult> VerifyShard(const io::ByteSource& source) {
       }
       if (s.ok()) {
         ++r.records_ok;
+        window.ClaimRecord(e.offset, e.size, RecordCrc(*bytes));
       } else {
         ++r.records_bad;
         Report(&r, s, name, e.offset, KeyIfReadable(*bytes));
@@ -337,7 +376,11 @@ absl::StatusOr<ShardVerifyResult> VerifyShard(const io::ByteSource& source) {
         absl::StatusOr<std::string_view> bytes = window.Get(off, total);
         if (!bytes.ok()) return bytes.status();
         s = ParseRecord(*bytes, off, name, &view);
-        if (!s.ok()) bad_key = KeyIfReadable(*bytes);
+        if (s.ok()) {
+          window.ClaimRecord(off, total, RecordCrc(*bytes));
+        } else {
+          bad_key = KeyIfReadable(*bytes);
+        }
       }
       if (s.ok()) {
         ++r.records_ok;

@@ -59,8 +59,12 @@ absl::Status ShardWriter::Add(std::string_view key, int32_t label, std::string_v
   e.offset = file_->size();
   e.size = kRecordHeaderSize + key.size() + meta.size() + payload.size();
   e.label = label;
+  // The file CRC joins the record's own CRC (which covers everything after
+  // the CRC field) instead of reading the bytes a second time.
+  file_crc_ = crc32c::Extend(file_crc_, &h, kRecordHeaderCrcStart);
+  file_crc_ = crc32c::Combine(file_crc_, crc, e.size - kRecordHeaderCrcStart);
   for (std::string_view part : {AsBytes(&h, sizeof(h)), key, meta, payload}) {
-    status_ = Write(part);
+    status_ = file_->Append(part);
     if (!status_.ok()) return status_;
   }
   index_.push_back(e);

@@ -27,24 +27,6 @@ constexpr std::array<std::array<uint32_t, 256>, 8> MakeTables() {
 }
 constexpr auto kTables = MakeTables();
 
-uint32_t ExtendPortable(uint32_t crc, const uint8_t* p, size_t n) {
-  crc = ~crc;
-  while (n >= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    v ^= crc;
-    crc = kTables[7][v & 0xff] ^ kTables[6][(v >> 8) & 0xff] ^
-          kTables[5][(v >> 16) & 0xff] ^ kTables[4][(v >> 24) & 0xff] ^
-          kTables[3][(v >> 32) & 0xff] ^ kTables[2][(v >> 40) & 0xff] ^
-          kTables[1][(v >> 48) & 0xff] ^ kTables[0][v >> 56];
-    p += 8;
-    n -= 8;
-  }
-  while (n--) crc = (crc >> 8) ^ kTables[0][(crc ^ *p++) & 0xff];
-  return ~crc;
-}
-
-#if defined(__x86_64__)
 // Shifts a CRC over `len` zero bytes: crc * x^(8*len) mod P, computed by
 // squaring the operator. Used to join the three interleaved lanes below.
 uint32_t MultModP(uint32_t a, uint32_t b) {
@@ -69,6 +51,36 @@ uint32_t XPow8N(size_t n) {  // x^(8n) mod P
   return result;
 }
 
+// kPow[k] = x^(8 * 2^k) mod P, so shifting by any length takes one
+// multiplication per set bit of the length.
+const std::array<uint32_t, 64>& PowTable() {
+  static const std::array<uint32_t, 64> table = [] {
+    std::array<uint32_t, 64> t{};
+    t[0] = 1u << 23;  // x^8
+    for (int k = 1; k < 64; ++k) t[k] = MultModP(t[k - 1], t[k - 1]);
+    return t;
+  }();
+  return table;
+}
+
+uint32_t ExtendPortable(uint32_t crc, const uint8_t* p, size_t n) {
+  crc = ~crc;
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    v ^= crc;
+    crc = kTables[7][v & 0xff] ^ kTables[6][(v >> 8) & 0xff] ^
+          kTables[5][(v >> 16) & 0xff] ^ kTables[4][(v >> 24) & 0xff] ^
+          kTables[3][(v >> 32) & 0xff] ^ kTables[2][(v >> 40) & 0xff] ^
+          kTables[1][(v >> 48) & 0xff] ^ kTables[0][v >> 56];
+    p += 8;
+    n -= 8;
+  }
+  while (n--) crc = (crc >> 8) ^ kTables[0][(crc ^ *p++) & 0xff];
+  return ~crc;
+}
+
+#if defined(__x86_64__)
 // The crc32 instruction has a latency of 3 cycles and a throughput of 1, so
 // three independent lanes over adjacent blocks run about 3x faster than one;
 // the lane results are combined by shifting with MultModP.
@@ -125,6 +137,15 @@ uint32_t Extend(uint32_t init, const void* data, size_t n) {
   if (HasSse42()) return ExtendSse42(init, p, n);
 #endif
   return ExtendPortable(init, p, n);
+}
+
+uint32_t Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  const std::array<uint32_t, 64>& pow = PowTable();
+  uint32_t shift = 1u << 31;  // x^0
+  for (int k = 0; len_b != 0; ++k, len_b >>= 1) {
+    if (len_b & 1) shift = MultModP(pow[k], shift);
+  }
+  return MultModP(shift, crc_a) ^ crc_b;
 }
 
 bool IsAccelerated() {

@@ -38,6 +38,23 @@ TEST(Crc32c, ExtendEqualsWholeAcrossLaneBoundaries) {
   EXPECT_EQ(bytewise, Value(data.data(), 40000));
 }
 
+TEST(Crc32c, CombineEqualsConcatenation) {
+  std::mt19937 rng(11);
+  std::string data(50000, '\0');
+  for (char& c : data) c = char(rng());
+  const uint32_t whole = Value(data);
+  for (size_t split : {size_t{0}, size_t{1}, size_t{8}, size_t{4095}, size_t{12288},
+                       size_t{33333}, data.size()}) {
+    const uint32_t a = Value(data.data(), split);
+    const uint32_t b = Value(data.data() + split, data.size() - split);
+    EXPECT_EQ(Combine(a, b, data.size() - split), whole) << "split at " << split;
+  }
+  // A wrong length gives a wrong CRC: the length is part of the answer.
+  const uint32_t a = Value(data.data(), 100);
+  const uint32_t b = Value(data.data() + 100, data.size() - 100);
+  EXPECT_NE(Combine(a, b, data.size() - 99), whole);
+}
+
 TEST(Crc32c, MaskRoundTripsAndDiffers) {
   uint32_t crc = Value("hello");
   EXPECT_NE(Mask(crc), crc);
