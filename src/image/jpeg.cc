@@ -367,4 +367,92 @@ absl::StatusOr<std::optional<std::string>> ResizeJpegShorterSide(
   return std::string(reinterpret_cast<const char*>(e.out), e.out_size);
 }
 
+absl::Status DecodeJpegRegion(std::string_view jpeg, const ImageLimits& limits,
+                              absl::FunctionRef<PixelRect(const JpegInfo&)> choose_region,
+                              int min_width, int min_height, std::vector<uint8_t>* pixels,
+                              DecodedRegion* out) {
+  Decoder d(limits);
+  if (absl::Status s = ReadHeader(d, jpeg, limits); !s.ok()) return s;
+  jpeg_decompress_struct& cinfo = d.cinfo;
+  const int width = static_cast<int>(cinfo.image_width);
+  const int height = static_cast<int>(cinfo.image_height);
+  bool cmyk = false;
+  switch (cinfo.jpeg_color_space) {
+    case JCS_GRAYSCALE:
+    case JCS_YCbCr:
+    case JCS_RGB:
+      cinfo.out_color_space = JCS_RGB;  // libjpeg-turbo expands gray itself
+      break;
+    case JCS_CMYK:
+    case JCS_YCCK:
+      cinfo.out_color_space = JCS_CMYK;
+      cmyk = true;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "unsupported JPEG colour space (%d components)", cinfo.num_components));
+  }
+  const PixelRect rect = choose_region(JpegInfo{width, height, cinfo.num_components,
+                                                cinfo.progressive_mode != 0});
+  if (rect.width <= 0 || rect.height <= 0 || rect.x < 0 || rect.y < 0 ||
+      rect.x + rect.width > width || rect.y + rect.height > height) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "region %dx%d at (%d, %d) is not inside the %dx%d image", rect.width, rect.height,
+        rect.x, rect.y, width, height));
+  }
+  // Smallest n with the scaled rectangle still covering the minimum.
+  int n = 1;
+  while (n < 8 && (static_cast<int64_t>(rect.width) * n < int64_t{8} * min_width ||
+                   static_cast<int64_t>(rect.height) * n < int64_t{8} * min_height)) {
+    ++n;
+  }
+  JDIMENSION x_offset = 0, crop_width = 0;
+  int row0 = 0, rows = 0, skip_x = 0, region_w = 0;
+  const bool started = Guarded(d.state, [&] {
+    cinfo.scale_num = static_cast<unsigned>(n);
+    cinfo.scale_denom = 8;
+    jpeg_start_decompress(&cinfo);
+    const int64_t ow = cinfo.output_width, oh = cinfo.output_height;
+    // The rectangle in scaled pixels, widened to whole pixels.
+    const int x0 = static_cast<int>(rect.x * ow / width);
+    const int x1 = static_cast<int>(
+        std::min<int64_t>(ow, ((rect.x + rect.width) * ow + width - 1) / width));
+    const int y0 = static_cast<int>(rect.y * oh / height);
+    const int y1 = static_cast<int>(
+        std::min<int64_t>(oh, ((rect.y + rect.height) * oh + height - 1) / height));
+    x_offset = static_cast<JDIMENSION>(x0);
+    crop_width = static_cast<JDIMENSION>(x1 - x0);
+    if (crop_width < cinfo.output_width) jpeg_crop_scanline(&cinfo, &x_offset, &crop_width);
+    skip_x = x0 - static_cast<int>(x_offset);
+    region_w = x1 - x0;
+    row0 = y0;
+    rows = y1 - y0;
+    if (row0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(row0));
+  });
+  if (!started) return StatusOf(d.state);
+  const int buf_w = static_cast<int>(cinfo.output_width);  // after the column crop
+  const size_t row_bytes = static_cast<size_t>(buf_w) * 3;
+  if (pixels->size() < row_bytes * rows) pixels->resize(row_bytes * rows);
+  std::vector<uint8_t> cmyk_row;
+  if (cmyk) cmyk_row.resize(static_cast<size_t>(buf_w) * 4);
+  const bool inverted = cinfo.saw_Adobe_marker != 0;
+  uint8_t* base = pixels->data();
+  const bool decoded = Guarded(d.state, [&] {
+    for (int r = 0; r < rows;) {
+      JSAMPROW row = cmyk ? cmyk_row.data() : base + r * row_bytes;
+      const int got = static_cast<int>(jpeg_read_scanlines(&cinfo, &row, 1));
+      if (got == 0) break;  // cannot happen with a memory source; avoids a spin
+      if (cmyk) CmykToRgb(cmyk_row.data(), buf_w, inverted, base + r * row_bytes);
+      r += got;
+    }
+  });
+  if (!decoded) return StatusOf(d.state);
+  // The rest of the image is not needed; the Decoder's destructor aborts.
+  out->width = buf_w;
+  out->height = rows;
+  out->region = PixelRect{skip_x, 0, region_w, rows};
+  out->scale_num = n;
+  return absl::OkStatus();
+}
+
 }  // namespace stoker::image

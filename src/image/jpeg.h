@@ -26,8 +26,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "image/resize.h"
 
 namespace stoker::image {
 
@@ -95,6 +98,37 @@ struct ResizeJpegOptions {
 // and otherwise the errors listed at the top of this file.
 absl::StatusOr<std::optional<std::string>> ResizeJpegShorterSide(
     std::string_view jpeg, const ResizeJpegOptions& options);
+
+// What DecodeJpegRegion produced: RGB rows holding the requested region,
+// decoded at DCT scale scale_num/8.
+struct DecodedRegion {
+  int width = 0;   // pixels per row in the buffer (at least region.width:
+                   // decoding starts at an iMCU column boundary)
+  int height = 0;  // rows in the buffer
+  // Where the requested source rectangle lies in the buffer, in decoded
+  // (scaled) pixels.
+  PixelRect region;
+  int scale_num = 8;
+};
+
+// Decodes only the part of a JPEG that a crop needs, to RGB (grayscale is
+// expanded, CMYK/YCCK converted as in ResizeJpegShorterSide):
+//   1. reads the header and checks `limits`, then asks choose_region for the
+//      source rectangle (so a random crop can depend on the image size);
+//   2. picks the smallest DCT scale n/8 that keeps the rectangle at least
+//      min_width x min_height (n = 8 when even full size is smaller), so the
+//      decoder does up to 64x less work on large photos;
+//   3. decodes just the rows of the rectangle (skipping those above, and
+//      stopping after the last) and just its columns (from the iMCU column
+//      containing its left edge).
+// Rows below the region are never decoded, so damage there goes unnoticed;
+// damage inside the decoded part is DataLoss. *pixels is resized as needed
+// and reused across calls. Errors as listed at the top of this file; the
+// rectangle must lie inside the image (InvalidArgument otherwise).
+absl::Status DecodeJpegRegion(std::string_view jpeg, const ImageLimits& limits,
+                              absl::FunctionRef<PixelRect(const JpegInfo&)> choose_region,
+                              int min_width, int min_height, std::vector<uint8_t>* pixels,
+                              DecodedRegion* out);
 
 }  // namespace stoker::image
 
