@@ -24,7 +24,7 @@ constexpr Command kCommands[] = {
     {"pack", "pack a folder or a manifest of files into shards", RunPack},
     {"inspect", "print a dataset's manifest summary", RunInspect},
     {"verify", "read every record of a dataset and check every checksum", RunVerify},
-    // BENCH_VERB
+    {"bench", "run the loader over a dataset and report samples/s and where time goes", RunBench},
 };
 
 void PrintUsage(FILE* out) {
