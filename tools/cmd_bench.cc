@@ -1,8 +1,8 @@
 // stoker bench: run the loader over a dataset and report how fast it feeds.
 #include <sys/resource.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
@@ -54,13 +54,13 @@ int RunBench(const std::vector<std::string>& args) {
   if (raw) o.decode = Decode::kRaw;
   if (t->count()) o.threads = threads;
   if (p->count()) o.prefetch = prefetch;
-  if (dtype == "uint8") o.dtype = DType::kUint8;
-  else if (dtype == "float32") o.dtype = DType::kFloat32, o.normalize = true;
-  else if (dtype == "float16") o.dtype = DType::kFloat16, o.normalize = true;
-  else return ReportError("bench", absl::InvalidArgumentError("--dtype must be uint8, float32 or float16"));
-  if (layout == "NCHW") o.layout = Layout::kNCHW;
-  else if (layout == "NHWC") o.layout = Layout::kNHWC;
-  else return ReportError("bench", absl::InvalidArgumentError("--layout must be NCHW or NHWC"));
+  absl::StatusOr<DType> d = ParseDType(dtype);
+  if (!d.ok()) return ReportError("bench", d.status());
+  o.dtype = *d;
+  o.normalize = o.dtype != DType::kUint8;
+  absl::StatusOr<Layout> l = ParseLayout(layout);
+  if (!l.ok()) return ReportError("bench", l.status());
+  o.layout = *l;
 
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = CpuSeconds();

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,6 +33,14 @@ enum class OnError {
   kRaise,  // the batch holding a damaged sample carries the error (shard, key)
   kSkip,   // the damaged sample is left out of its batch, counted and named in stats
 };
+
+// The names users write ("uint8", "float32", "float16"; "NCHW", "NHWC";
+// "raise", "skip"; "image", "raw"), shared by the CLI and Python. Return
+// InvalidArgument listing the accepted names.
+absl::StatusOr<DType> ParseDType(std::string_view name);
+absl::StatusOr<Layout> ParseLayout(std::string_view name);
+absl::StatusOr<OnError> ParseOnError(std::string_view name);
+absl::StatusOr<Decode> ParseDecode(std::string_view name);
 
 // Every option of stoker.Loader (Python) and `stoker bench` (CLI).
 struct LoaderOptions {

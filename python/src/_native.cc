@@ -8,4 +8,5 @@ NB_MODULE(_native, m) {
   stoker::python::BindErrors(m);
   stoker::python::BindPack(m);
   stoker::python::BindDataset(m);
+  stoker::python::BindLoader(m);
 }

@@ -25,6 +25,8 @@ void BindErrors(nb::module_& m);
 void BindPack(nb::module_& m);
 // Adds inspect(), verify() and the Dataset class.
 void BindDataset(nb::module_& m);
+// Adds the native Loader class.
+void BindLoader(nb::module_& m);
 
 // Raises the Python exception for a non-OK status, message unchanged:
 //   NotFound          -> FileNotFoundError

@@ -15,6 +15,10 @@ CLI flags as keyword arguments and returns what the ``--json`` form prints::
     for record in ds:
         ...
 
+    loader = stoker.Loader("photos.stoker", batch_size=256, image_size=224)
+    for images, labels in loader:         # one epoch; torch tensors, no copies
+        ...
+
 Errors raised by the engine (the message is the engine's, unchanged):
 
 * ``FileNotFoundError``: no such dataset, file or folder;
@@ -32,15 +36,18 @@ Heavy calls (packing, verifying, opening and reading) release the GIL.
 from stoker._native import DataLossError, StokerError, __version__
 from stoker._pack import PackProgress, pack, parse_byte_size
 from stoker._dataset import NO_LABEL, Dataset, Record, inspect, verify
+from stoker._loader import Loader, distributed_rank
 
 __all__ = [
     "__version__",
     "DataLossError",
     "Dataset",
+    "Loader",
     "NO_LABEL",
     "PackProgress",
     "Record",
     "StokerError",
+    "distributed_rank",
     "inspect",
     "pack",
     "parse_byte_size",

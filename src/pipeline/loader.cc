@@ -1,6 +1,7 @@
 #include "stoker/loader.h"
 
 #include <tbb/enumerable_thread_specific.h>
+#include <tbb/global_control.h>
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
@@ -170,6 +171,11 @@ class LoaderImpl final : public Loader {
     queue_->Close();
     ctx_->cancel_group_execution();
     if (thread_.joinable()) thread_.join();
+    // oneTBB keeps its worker threads alive after the work is done; wait for
+    // them to exit so a stopped loader leaves no thread behind. finalize
+    // declines (and changes nothing) while other TBB work in the process
+    // still uses them.
+    if (workers_handle_) (void)tbb::finalize(workers_handle_, std::nothrow);
     running_ = false;
     queue_.reset();
     ctx_.reset();
@@ -259,6 +265,7 @@ class LoaderImpl final : public Loader {
     stop_.store(false);
     queue_ = std::make_unique<BatchQueue>(static_cast<size_t>(o_.prefetch.value_or(2)));
     ctx_ = std::make_unique<tbb::task_group_context>();
+    workers_handle_ = tbb::task_scheduler_handle{tbb::attach{}};
     running_ = true;
     thread_ = std::thread([this, plan = plan_, first = batches_done_, q = queue_.get(),
                            ctx = ctx_.get()] { Run(*plan, first, q, ctx); });
@@ -390,7 +397,12 @@ class LoaderImpl final : public Loader {
                             &rng, static_cast<char*>(b.images) + t.slot * sample_bytes);
       }
       if (!s.ok()) {
-        s = absl::Status(s.code(), StrCat("shard ", dataset_->shard_path(shard_index),
+        // A sample that is not a decodable image is damaged data, whatever
+        // the decoder called it; caps (ResourceExhausted) keep their code.
+        const absl::StatusCode code = s.code() == absl::StatusCode::kInvalidArgument
+                                          ? absl::StatusCode::kDataLoss
+                                          : s.code();
+        s = absl::Status(code, StrCat("shard ", dataset_->shard_path(shard_index),
                                           " offset ", view.offset, " key '", view.key,
                                           "': ", s.message()));
       }
@@ -458,6 +470,7 @@ class LoaderImpl final : public Loader {
   std::thread thread_;
   std::unique_ptr<BatchQueue> queue_;
   std::unique_ptr<tbb::task_group_context> ctx_;
+  tbb::task_scheduler_handle workers_handle_;
   std::atomic<bool> stop_{false};
   BatchBuild* current_build_ = nullptr;  // touched by the serial input stage only
 
@@ -465,6 +478,32 @@ class LoaderImpl final : public Loader {
 };
 
 }  // namespace
+
+absl::StatusOr<DType> ParseDType(std::string_view name) {
+  if (name == "uint8") return DType::kUint8;
+  if (name == "float32") return DType::kFloat32;
+  if (name == "float16") return DType::kFloat16;
+  return absl::InvalidArgumentError(
+      StrCat("dtype '", name, "' is not one of uint8, float32, float16"));
+}
+
+absl::StatusOr<Layout> ParseLayout(std::string_view name) {
+  if (name == "NCHW") return Layout::kNCHW;
+  if (name == "NHWC") return Layout::kNHWC;
+  return absl::InvalidArgumentError(StrCat("layout '", name, "' is not one of NCHW, NHWC"));
+}
+
+absl::StatusOr<OnError> ParseOnError(std::string_view name) {
+  if (name == "raise") return OnError::kRaise;
+  if (name == "skip") return OnError::kSkip;
+  return absl::InvalidArgumentError(StrCat("on_error '", name, "' is not one of raise, skip"));
+}
+
+absl::StatusOr<Decode> ParseDecode(std::string_view name) {
+  if (name == "image") return Decode::kImage;
+  if (name == "raw") return Decode::kRaw;
+  return absl::InvalidArgumentError(StrCat("decode '", name, "' is not one of image, raw"));
+}
 
 absl::Status LoaderOptions::Validate() const {
   if (batch_size == 0) return absl::InvalidArgumentError("batch_size must be at least 1");
