@@ -1,4 +1,4 @@
-"""The main job on the sample data: pack, verify, read back, report.
+"""The main job on the sample data: pack, verify, read back, load, report.
 
 Run by `make demo`. Uses the `stoker` CLI installed next to this Python and
 the `stoker` module, on data/clothing-mini (100 CC0 photos, 10 classes).
@@ -69,6 +69,16 @@ def main():
     dt = time.perf_counter() - t0
     print(f"  read back {same}/{len(ds)} records, byte-identical to their source files, "
           f"labels right ({nbytes / 1e6:.2f} MB in {dt:.3f} s)")
+
+    # 5. Load batches: decode + RandomResizedCrop + flip in native threads.
+    loader = stoker.Loader(str(dataset), batch_size=25, image_size=224, output="numpy", seed=0)
+    t0 = time.perf_counter()
+    shapes = [images.shape for images, labels in loader]
+    dt = time.perf_counter() - t0
+    stats = loader.stats()
+    print(f"  loaded 1 epoch: {len(shapes)} batches of {shapes[0]} uint8, "
+          f"{stats['samples']} samples in {dt:.3f} s ({stats['samples'] / dt:.0f} images/s), "
+          f"first batch after {stats['first_batch_seconds']:.3f} s, skipped {stats['skipped']}")
     print(f"demo done: datasets in {OUT}")
 
 
