@@ -115,9 +115,10 @@ struct DecodedRegion {
 // expanded, CMYK/YCCK converted as in ResizeJpegShorterSide):
 //   1. reads the header and checks `limits`, then asks choose_region for the
 //      source rectangle (so a random crop can depend on the image size);
-//   2. picks the smallest DCT scale n/8 that keeps the rectangle at least
-//      min_width x min_height (n = 8 when even full size is smaller), so the
-//      decoder does up to 64x less work on large photos;
+//   2. picks the smallest DCT scale n/8, n in {1, 2, 4, 8} (the scales with
+//      SIMD inverse DCTs), that keeps the rectangle at least min_width x
+//      min_height (n = 8 when even full size is smaller), so the decoder does
+//      up to 64x less work on large photos;
 //   3. decodes just the rows of the rectangle (skipping those above, and
 //      stopping after the last) and just its columns (from the iMCU column
 //      containing its left edge).

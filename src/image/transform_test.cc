@@ -105,7 +105,7 @@ TEST(ImageTransform, EvalMatchesFullDecodeReference) {
     err += d;
     worst = std::max(worst, d);
   }
-  // DCT-domain scaling (here 5/8) differs from full decode + filter
+  // DCT-domain scaling (none here: 4/8 would not cover 224) differs from full decode + filter
   // by a few levels at most on smooth content.
   EXPECT_LT(err / want.size(), 2.0);
   EXPECT_LT(worst, 24);
