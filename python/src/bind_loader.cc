@@ -45,9 +45,10 @@ class PyLoader {
     loader_ = ValueOrThrow(WithoutGil([&] { return Loader::Create(o); }));
   }
 
-  // (images, labels, keys) or None at the end of the epoch. images is a
-  // numpy array (image mode) or a list of bytes (raw mode).
-  nb::object Next() {
+  // (images, labels) or, with_keys, (images, labels, keys); None at the end
+  // of the epoch. images is a numpy array (image mode) or a list of bytes
+  // (raw mode).
+  nb::object Next(bool with_keys) {
     Loader* loader = Get();
     absl::StatusOr<BatchPtr> got = WithoutGil([&] { return loader->Next(); });
     ThrowIfError(got.status());
@@ -68,6 +69,7 @@ class PyLoader {
     // batch belongs to the consumer from here on.
     nb::object labels = nb::cast(nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>(
         const_cast<int64_t*>(b->labels.data()), {n}, Owner(b)));
+    if (!with_keys) return nb::make_tuple(images, labels);
     nb::list keys;
     for (const std::string& k : b->keys) keys.append(Str(k));
     return nb::make_tuple(images, labels, keys);
@@ -216,7 +218,7 @@ void BindLoader(nb::module_& m) {
           nb::arg("drop_last"), nb::arg("rank"), nb::arg("world_size"),
           nb::arg("threads").none(), nb::arg("prefetch").none(), nb::arg("on_error"),
           nb::arg("decode"), nb::arg("max_pixels"), nb::arg("max_scans"))
-      .def("next", &PyLoader::Next)
+      .def("next", &PyLoader::Next, nb::arg("with_keys") = false)
       .def("stats", &PyLoader::Stats)
       .def("state", &PyLoader::State)
       .def("restore", &PyLoader::Restore, nb::arg("state"))

@@ -190,8 +190,7 @@ class Loader:
                 if got is None:
                     completed = True
                     return
-                images, labels, _keys = got
-                yield convert(images), convert(labels)
+                yield convert(got[0]), convert(got[1])
         except GeneratorExit:
             self._abandoned = True
             native.stop()

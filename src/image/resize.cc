@@ -1,140 +1,42 @@
 #include "image/resize.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "image/resize_rows.h"
+
+// The baseline build of the row loop.
+#define STOKER_RESIZE_NS generic
+#include "image/resize_rows.inc"
+#undef STOKER_RESIZE_NS
 
 namespace stoker::image {
 namespace {
 
 constexpr int kMaxDstSize = 1 << 16;
-// Floats after each ring row and the widened row, for the spare lane of
-// ResampleRgb's last load and store; 4 keeps rows 16-byte aligned when the
-// row length allows.
-constexpr size_t kRowSlack = 4;
-
-// Four floats in one SSE/NEON register (GCC and Clang vector extension).
-// An RGB tap loads one pixel plus the next pixel's red into the fourth lane,
-// so a tap is one multiply-add; the fourth lane is garbage and discarded.
-typedef float Float4 __attribute__((vector_size(16)));
-
-// Widens `n` bytes (one crop row) to float.
-void Widen(const uint8_t* __restrict src, int n, float* __restrict out) {
-  for (int x = 0; x < n; ++x) out[x] = src[x];
-}
-
-// The horizontal pass over one widened row; every output has `taps` taps
-// (PadToStride). kTaps > 0 fixes the tap count at compile time so the tap
-// loop unrolls; 0 reads it from `taps`. Whole-Float4
-// accesses run one float past the last pixel, so both `src` and `out` need one
-// float of slack; the spare lane of each store is overwritten by the next
-// pixel.
-template <int kTaps>
-void ResampleRgb(const float* src, const int* start, const float* weights,
-                 int taps, int dst_width, float* out) {
-  const int n = kTaps > 0 ? kTaps : taps;
-  for (int i = 0; i < dst_width; ++i) {
-    const float* p = src + 3 * start[i];
-    const float* w = weights + static_cast<ptrdiff_t>(i) * n;
-    Float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int k = 0; k < n; ++k) {
-      Float4 v;
-      std::memcpy(&v, p + 3 * k, sizeof(v));
-      acc += w[k] * v;
-    }
-    std::memcpy(out + 3 * i, &acc, sizeof(acc));
-  }
-}
-
-template <int kTaps>
-void ResampleGray(const float* src, const int* start, const float* weights,
-                  int taps, int dst_width, float* out) {
-  const int n = kTaps > 0 ? kTaps : taps;
-  for (int i = 0; i < dst_width; ++i) {
-    const float* p = src + start[i];
-    const float* w = weights + static_cast<ptrdiff_t>(i) * n;
-    float acc = 0.0f;
-    for (int k = 0; k < n; ++k) acc += w[k] * p[k];
-    out[i] = acc;
-  }
-}
-
-template <int kChannels, int kTaps>
-void ResampleWith(const float* src, const int* start, const float* weights,
-                  int taps, int dst_width, float* out) {
-  if constexpr (kChannels == 3) {
-    ResampleRgb<kTaps>(src, start, weights, taps, dst_width, out);
-  } else {
-    ResampleGray<kTaps>(src, start, weights, taps, dst_width, out);
-  }
-}
-
-// Unrolled versions for the tap counts of shrinking by up to ~3x, which
-// covers pack --resize and most crops.
-template <int kChannels>
-void Resample(const float* src, const int* start, const float* weights,
-              int taps, int dst_width, float* out) {
-  switch (taps) {
-#define STOKER_RESAMPLE_CASE(n)                                             \
-  case n:                                                                   \
-    return ResampleWith<kChannels, n>(src, start, weights, taps, dst_width, \
-                                      out);
-    STOKER_RESAMPLE_CASE(1)
-    STOKER_RESAMPLE_CASE(2)
-    STOKER_RESAMPLE_CASE(3)
-    STOKER_RESAMPLE_CASE(4)
-    STOKER_RESAMPLE_CASE(5)
-    STOKER_RESAMPLE_CASE(6)
-    STOKER_RESAMPLE_CASE(7)
-    STOKER_RESAMPLE_CASE(8)
-#undef STOKER_RESAMPLE_CASE
-    default:
-      return ResampleWith<kChannels, 0>(src, start, weights, taps, dst_width,
-                                        out);
-  }
-}
-
-inline uint8_t RoundToByte(float v) {
-  // Round half up: add 0.5 and truncate. The triangle filter has no negative
-  // lobes, so v >= 0 exactly and only float drift can pass 255.5; clamping
-  // that one side keeps the loop cheap once vectorised (a two-sided clamp
-  // costs GCC 12 twice the time). A filter with negative lobes must clamp
-  // at 0 too.
-  return static_cast<uint8_t>(static_cast<int32_t>(std::min(v + 0.5f, 255.0f)));
-}
-
-// The vertical pass: element-wise loops over whole rows, two taps per pass
-// (the odd tap out pairs with itself at weight 0). __restrict tells the
-// compiler the uint8_t output aliases no float row, so it vectorises without
-// runtime overlap checks.
-void Mul2(const float* __restrict a, float wa, const float* __restrict b,
-          float wb, int n, float* __restrict acc) {
-  for (int x = 0; x < n; ++x) acc[x] = wa * a[x] + wb * b[x];
-}
-
-void MulAdd2(const float* __restrict a, float wa, const float* __restrict b,
-             float wb, int n, float* __restrict acc) {
-  for (int x = 0; x < n; ++x) acc[x] += wa * a[x] + wb * b[x];
-}
-
-void Mul2ToBytes(const float* __restrict a, float wa, const float* __restrict b,
-                 float wb, int n, uint8_t* __restrict out) {
-  for (int x = 0; x < n; ++x) out[x] = RoundToByte(wa * a[x] + wb * b[x]);
-}
-
-void MulAdd2ToBytes(const float* __restrict acc, const float* __restrict a,
-                    float wa, const float* __restrict b, float wb, int n,
-                    uint8_t* __restrict out) {
-  for (int x = 0; x < n; ++x) {
-    out[x] = RoundToByte(acc[x] + (wa * a[x] + wb * b[x]));
-  }
-}
+constexpr size_t kRowSlack = kResizeRowSlack;
 
 }  // namespace
+
+namespace {
+std::atomic<bool> allow_avx2{true};
+}  // namespace
+
+bool HasAvx2() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has && allow_avx2.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+void AllowAvx2ForTesting(bool allow) { allow_avx2.store(allow); }
 
 absl::Status ResizeParams::Validate() const {
   if (src_width <= 0 || src_height <= 0) {
@@ -289,62 +191,18 @@ absl::Status ResizeKernel::Run(const ImageView& src,
                         scratch.size(), scratch_size_));
   }
 
-  const PixelRect& crop = *p.crop;
-  const int row_len = p.dst_width * p.channels;
-  const size_t ring_stride = static_cast<size_t>(row_len) + kRowSlack;
-  const int ring = vertical_.stride;
-  float* const ring_base = scratch.data();
-  float* const acc = ring_base + ring * ring_stride;
-  float* const wide = acc + row_len;
-  // The slack read by ResampleRgb's last tap: any finite value will do.
-  std::fill_n(wide + crop.width * p.channels, kRowSlack, 0.0f);
-  auto ring_row = [&](int crop_row) {
-    return ring_base + (crop_row % ring) * ring_stride;
-  };
-  const int* h_start = horizontal_.start.data();
-  const float* h_weights = horizontal_.weights.data();
-
-  // Windows only move down as the output row grows, so each source row is
-  // resampled horizontally once, into the ring slot it keeps while any
-  // window still needs it.
-  int next_row = vertical_.start[0];
-  for (int y = 0; y < p.dst_height; ++y) {
-    const int first = vertical_.start[y];
-    const int n = vertical_.count[y];
-    next_row = std::max(next_row, first);
-    for (; next_row < first + n; ++next_row) {
-      const uint8_t* src_row = src.data + (crop.y + next_row) * src.row_stride +
-                               static_cast<ptrdiff_t>(crop.x) * p.channels;
-      Widen(src_row, crop.width * p.channels, wide);
-      if (p.channels == 3) {
-        Resample<3>(wide, h_start, h_weights, horizontal_.stride, p.dst_width,
-                    ring_row(next_row));
-      } else {
-        Resample<1>(wide, h_start, h_weights, horizontal_.stride, p.dst_width,
-                    ring_row(next_row));
-      }
-    }
-
-    // Taps go in pairs; the first pair initialises the accumulator and the
-    // last is fused with rounding, so n taps cost ceil(n / 2) passes.
-    const float* w =
-        vertical_.weights.data() + static_cast<size_t>(y) * vertical_.stride;
-    uint8_t* out = dst.data + y * dst.row_stride;
-    auto row_a = [&](int k) { return ring_row(first + k); };
-    auto row_b = [&](int k) {
-      return ring_row(first + std::min(k + 1, n - 1));
-    };
-    auto weight_b = [&](int k) { return k + 1 < n ? w[k + 1] : 0.0f; };
-    if (n <= 2) {
-      Mul2ToBytes(row_a(0), w[0], row_b(0), weight_b(0), row_len, out);
-      continue;
-    }
-    Mul2(row_a(0), w[0], row_b(0), w[1], row_len, acc);
-    int k = 2;
-    for (; k + 2 < n; k += 2) {
-      MulAdd2(row_a(k), w[k], row_b(k), w[k + 1], row_len, acc);
-    }
-    MulAdd2ToBytes(acc, row_a(k), w[k], row_b(k), weight_b(k), row_len, out);
+  const RowJob job{p,
+                   src,
+                   dst,
+                   {horizontal_.start.data(), horizontal_.count.data(),
+                    horizontal_.weights.data(), horizontal_.stride},
+                   {vertical_.start.data(), vertical_.count.data(), vertical_.weights.data(),
+                    vertical_.stride},
+                   scratch.data()};
+  if (HasAvx2()) {
+    avx2::RunRows(job);
+  } else {
+    generic::RunRows(job);
   }
   return absl::OkStatus();
 }

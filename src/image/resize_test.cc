@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "image/resize_rows.h"
 
 namespace stoker::image {
 namespace {
@@ -313,6 +314,31 @@ TEST(ResizeKernelTest, MatchesReferenceOnRandomImages) {
                  << " crop " << crop.width << "x" << crop.height << "+"
                  << crop.x << "+" << crop.y << " -> " << w << "x" << h);
     EXPECT_LE(MaxDiff(Resized(src, w, h, crop), Reference(src, crop, w, h)), 1);
+  }
+}
+
+TEST(ResizeKernelTest, Avx2BuildIsBitIdenticalToBaseline) {
+  AllowAvx2ForTesting(true);
+  if (!HasAvx2()) GTEST_SKIP() << "this CPU has no AVX2";
+  std::mt19937 rng(3);
+  struct Case {
+    int sw, sh, channels, dw, dh;
+  };
+  for (const Case& c : {Case{350, 350, 3, 224, 224}, Case{640, 480, 3, 300, 97},
+                        Case{97, 61, 3, 224, 224}, Case{500, 333, 1, 123, 77}}) {
+    std::vector<uint8_t> src(static_cast<size_t>(c.sw) * c.sh * c.channels);
+    for (uint8_t& v : src) v = static_cast<uint8_t>(rng());
+    const ImageView in{src.data(), c.sw, c.sh, c.channels,
+                       static_cast<ptrdiff_t>(c.sw) * c.channels};
+    std::vector<uint8_t> wide(static_cast<size_t>(c.dw) * c.dh * c.channels);
+    std::vector<uint8_t> base(wide.size());
+    const std::optional<PixelRect> crop = PixelRect{3, 2, c.sw - 5, c.sh - 4};
+    const ptrdiff_t stride = static_cast<ptrdiff_t>(c.dw) * c.channels;
+    ASSERT_TRUE(ResizeImage(in, crop, {wide.data(), c.dw, c.dh, c.channels, stride}).ok());
+    AllowAvx2ForTesting(false);
+    ASSERT_TRUE(ResizeImage(in, crop, {base.data(), c.dw, c.dh, c.channels, stride}).ok());
+    AllowAvx2ForTesting(true);
+    EXPECT_EQ(wide, base) << c.sw << "x" << c.sh << " -> " << c.dw << "x" << c.dh;
   }
 }
 
