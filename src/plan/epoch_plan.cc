@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "util/strings.h"
@@ -53,27 +54,119 @@ absl::StatusOr<EpochPlan> EpochPlan::Make(const std::string& fingerprint, uint64
     return absl::InvalidArgumentError(StrCat("dataset has ", n, " samples, fewer than the ",
                                              o.world_size, " ranks (drop_last)"));
   }
+  const bool need_shards = o.distribution == Distribution::kSharded || o.shuffle_window > 0;
+  if (need_shards) {
+    uint64_t total = 0;
+    for (uint64_t r : o.shard_records) total += r;
+    if (o.shard_records.empty() || total != n) {
+      return absl::InvalidArgumentError(StrCat("shard_records sum to ", total, " over ",
+                                               o.shard_records.size(), " shards, not the ", n,
+                                               " samples"));
+    }
+  }
+  if (o.distribution == Distribution::kSharded && o.shard_records.size() < o.world_size) {
+    return absl::InvalidArgumentError(
+        StrCat("distribution \"sharded\" needs at least one shard per rank: ",
+               o.shard_records.size(), " shards for ", o.world_size, " ranks"));
+  }
   EpochPlan p;
   p.options_ = o;
   p.epoch_ = epoch;
-  std::vector<uint64_t> perm(n);
-  std::iota(perm.begin(), perm.end(), uint64_t{0});
-  if (o.shuffle && n > 1) {
-    // Fisher-Yates over a counter-based stream: the same on every platform.
-    SampleRng rng(EpochSeed(fingerprint, o.seed, epoch), epoch, UINT64_MAX);
-    for (uint64_t i = n - 1; i > 0; --i) std::swap(perm[i], perm[rng.Below(i + 1)]);
-  }
-  const uint64_t w = o.world_size;
-  uint64_t per_rank = o.drop_last ? n / w : (n + w - 1) / w;
-  if (n == 0) per_rank = 0;
-  p.ids_.reserve(per_rank);
-  for (uint64_t j = 0; j < per_rank; ++j) {
-    uint64_t g = j * w + o.rank;  // position in the (padded) global order
-    if (g >= n) {
-      ++p.padding_;
-      g %= n;  // padding repeats the start of the permutation
+  SampleRng rng(EpochSeed(fingerprint, o.seed, epoch), epoch, UINT64_MAX);
+  std::vector<uint64_t> first(o.shard_records.size() + 1, 0);
+  for (size_t s = 0; s < o.shard_records.size(); ++s) first[s + 1] = first[s] + o.shard_records[s];
+
+  // The samples of `shards` in the epoch's order.
+  auto order = [&](std::vector<uint64_t> shards) {
+    std::vector<uint64_t> ids;
+    if (o.shuffle_window == 0) {
+      for (uint64_t s : shards) {
+        for (uint64_t i = first[s]; i < first[s + 1]; ++i) ids.push_back(i);
+      }
+      if (o.shuffle) {  // Fisher-Yates over a counter-based stream
+        for (uint64_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng.Below(i)]);
+      }
+      return ids;
     }
-    p.ids_.push_back(perm[g]);
+    if (o.shuffle) {
+      for (uint64_t i = shards.size(); i > 1; --i) {
+        std::swap(shards[i - 1], shards[rng.Below(i)]);
+      }
+    }
+    std::vector<uint64_t> window;
+    for (uint64_t s : shards) {
+      for (uint64_t i = first[s]; i < first[s + 1]; ++i) {
+        if (!o.shuffle) {
+          ids.push_back(i);
+          continue;
+        }
+        window.push_back(i);
+        if (window.size() == o.shuffle_window) {  // emit one, at random
+          const uint64_t k = rng.Below(window.size());
+          ids.push_back(window[k]);
+          window[k] = window.back();
+          window.pop_back();
+        }
+      }
+    }
+    while (!window.empty()) {
+      const uint64_t k = rng.Below(window.size());
+      ids.push_back(window[k]);
+      window[k] = window.back();
+      window.pop_back();
+    }
+    return ids;
+  };
+
+  const uint64_t w = o.world_size;
+  uint64_t per_rank = 0;
+  if (o.distribution == Distribution::kSharded) {
+    std::vector<uint64_t> mine;
+    uint64_t smallest = UINT64_MAX, largest = 0;
+    for (uint32_t r = 0; r < w; ++r) {
+      uint64_t count = 0;
+      for (size_t s = r; s < o.shard_records.size(); s += w) {
+        count += o.shard_records[s];
+        if (r == o.rank) mine.push_back(s);
+      }
+      smallest = std::min(smallest, count);
+      largest = std::max(largest, count);
+    }
+    std::vector<uint64_t> ids = order(std::move(mine));
+    per_rank = o.drop_last ? smallest : largest;
+    if (per_rank > 0 && ids.empty()) {
+      return absl::InvalidArgumentError(StrCat("rank ", o.rank, "'s shards hold no samples"));
+    }
+    p.ids_.reserve(per_rank);
+    for (uint64_t j = 0; j < per_rank; ++j) {
+      if (j >= ids.size()) ++p.padding_;
+      p.ids_.push_back(ids[j % ids.size()]);
+    }
+  } else {
+    std::vector<uint64_t> perm;
+    if (need_shards) {
+      std::vector<uint64_t> all(o.shard_records.size());
+      std::iota(all.begin(), all.end(), uint64_t{0});
+      perm = order(std::move(all));
+    } else {
+      perm.resize(n);
+      std::iota(perm.begin(), perm.end(), uint64_t{0});
+      if (o.shuffle && n > 1) {
+        // Fisher-Yates over a counter-based stream: the same on every platform.
+        for (uint64_t i = n - 1; i > 0; --i) std::swap(perm[i], perm[rng.Below(i + 1)]);
+      }
+    }
+    per_rank = o.drop_last ? n / w : (n + w - 1) / w;
+    if (n == 0) per_rank = 0;
+    p.ids_.reserve(per_rank);
+    for (uint64_t j = 0; j < per_rank; ++j) {
+      uint64_t g = j * w + o.rank;  // position in the (padded) global order
+      if (g >= n) {
+        ++p.padding_;
+        g %= n;  // padding repeats the start of the permutation
+      }
+      p.ids_.push_back(perm[g]);
+    }
   }
   p.size_ = per_rank;
   if (o.drop_last) {

@@ -11,6 +11,13 @@
 
 namespace stoker::plan {
 
+// How the shards of a dataset are spread over ranks (SageMaker's
+// FullyReplicated and ShardedByS3Key).
+enum class Distribution {
+  kReplicated,  // every rank may read every shard; samples are split
+  kSharded,     // rank r reads only shards s with s % world_size == r
+};
+
 struct PlanOptions {
   uint64_t seed = 0;
   bool shuffle = true;
@@ -23,19 +30,33 @@ struct PlanOptions {
   bool drop_last = false;
   uint32_t rank = 0;
   uint32_t world_size = 1;  // > rank
+  Distribution distribution = Distribution::kReplicated;
+  // Records per shard, in shard order, summing to the sample count. Needed
+  // by kSharded and shuffle_window; otherwise unused.
+  std::vector<uint64_t> shard_records;
+  // 0: one global permutation (random access: local files, fastfile).
+  // > 0 (streaming, pipe mode): shards in a seeded order, each read front to
+  // back, through a shuffle buffer of this many samples, as tf.data's
+  // shuffle(buffer_size): a sample moves at most ~window places earlier and
+  // samples of one shard stay close together.
+  uint64_t shuffle_window = 0;
 };
 
 // The ordered sample ids (global record indices, 0..N-1) of one rank for one
-// epoch. The permutation depends only on (fingerprint, seed, epoch): every
-// rank computes the same one and takes every world_size-th element starting at
-// its rank, so ranks are disjoint (apart from explicit padding) and together
-// cover the epoch.
+// epoch. The order depends only on (fingerprint, seed, epoch): with
+// kReplicated every rank computes the same one and takes every
+// world_size-th element starting at its rank, so ranks are disjoint (apart
+// from explicit padding) and together cover the epoch. With kSharded each
+// rank orders the samples of its own shards, and ranks are evened out to the
+// same count (the smallest with drop_last, else the largest, padded with
+// repeats).
 //
 // Thread-safety: immutable after Make(); safe for concurrent use.
 class EpochPlan {
  public:
-  // Returns InvalidArgument for batch_size 0, rank >= world_size, or (with
-  // drop_last) fewer samples than ranks.
+  // Returns InvalidArgument for batch_size 0, rank >= world_size, (with
+  // drop_last) fewer samples than ranks, kSharded with fewer shards than
+  // ranks, or shard_records (when needed) not summing to num_samples.
   static absl::StatusOr<EpochPlan> Make(const std::string& fingerprint, uint64_t num_samples,
                                         const PlanOptions& options, uint64_t epoch);
 
