@@ -41,6 +41,7 @@ absl::StatusOr<DType> ParseDType(std::string_view name);
 absl::StatusOr<Layout> ParseLayout(std::string_view name);
 absl::StatusOr<OnError> ParseOnError(std::string_view name);
 absl::StatusOr<Decode> ParseDecode(std::string_view name);
+absl::StatusOr<plan::Distribution> ParseDistribution(std::string_view name);
 
 // Every option of stoker.Loader (Python) and `stoker bench` (CLI).
 struct LoaderOptions {
@@ -57,6 +58,13 @@ struct LoaderOptions {
   bool drop_last = false;
   uint32_t rank = 0;
   uint32_t world_size = 1;
+  // kReplicated: ranks split the samples of all shards; kSharded: rank r
+  // reads only shards s % world_size == r (see plan::Distribution).
+  plan::Distribution distribution = plan::Distribution::kReplicated;
+  // 0: a global permutation per epoch. > 0: shards in seeded order read front
+  // to back through a shuffle buffer of this many samples (pipe mode's
+  // order, which reads every shard sequentially once).
+  uint64_t shuffle_window = 0;
   Decode decode = Decode::kImage;
   Layout layout = Layout::kNCHW;
   DType dtype = DType::kUint8;

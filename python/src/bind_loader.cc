@@ -39,6 +39,11 @@ nb::dlpack::dtype ImageDType(DType d) {
   return nb::dtype<uint8_t>();
 }
 
+template <typename T>
+T Parsed(absl::StatusOr<T> v) {
+  return ValueOrThrow(std::move(v));
+}
+
 class PyLoader {
  public:
   explicit PyLoader(const LoaderOptions& o) : options_(o) {
@@ -111,6 +116,8 @@ class PyLoader {
     d["world_size"] = st.world_size;
     d["shuffle"] = st.shuffle;
     d["drop_last"] = st.drop_last;
+    d["distribution"] = st.distribution == plan::Distribution::kSharded ? "sharded" : "replicated";
+    d["shuffle_window"] = st.shuffle_window;
     return d;
   }
 
@@ -127,6 +134,8 @@ class PyLoader {
       st.world_size = nb::cast<uint32_t>(d["world_size"]);
       st.shuffle = nb::cast<bool>(d["shuffle"]);
       st.drop_last = nb::cast<bool>(d["drop_last"]);
+      st.distribution = Parsed(ParseDistribution(nb::cast<std::string>(d["distribution"])));
+      st.shuffle_window = nb::cast<uint64_t>(d["shuffle_window"]);
     } catch (const nb::builtin_exception&) {
       throw nb::value_error("not a stoker Loader state: a field is missing or has the wrong type");
     } catch (const nb::python_error&) {
@@ -171,11 +180,6 @@ class PyLoader {
   std::unique_ptr<Loader> loader_;
 };
 
-template <typename T>
-T Parsed(absl::StatusOr<T> v) {
-  return ValueOrThrow(std::move(v));
-}
-
 }  // namespace
 
 void BindLoader(nb::module_& m) {
@@ -188,7 +192,7 @@ void BindLoader(nb::module_& m) {
              std::array<float, 3> std, bool drop_last, uint32_t rank, uint32_t world_size,
              std::optional<int> threads, std::optional<int> prefetch,
              const std::string& on_error, const std::string& decode, int64_t max_pixels,
-             int max_scans) {
+             int max_scans, const std::string& distribution, uint64_t shuffle_window) {
             LoaderOptions o;
             o.uri = uri;
             o.batch_size = batch_size;
@@ -210,6 +214,8 @@ void BindLoader(nb::module_& m) {
             o.decode = Parsed(ParseDecode(decode));
             o.max_pixels = max_pixels;
             o.max_scans = max_scans;
+            o.distribution = Parsed(ParseDistribution(distribution));
+            o.shuffle_window = shuffle_window;
             new (self) PyLoader(o);
           },
           nb::kw_only(), nb::arg("uri"), nb::arg("batch_size"), nb::arg("image_size"),
@@ -217,7 +223,8 @@ void BindLoader(nb::module_& m) {
           nb::arg("dtype"), nb::arg("normalize"), nb::arg("mean"), nb::arg("std"),
           nb::arg("drop_last"), nb::arg("rank"), nb::arg("world_size"),
           nb::arg("threads").none(), nb::arg("prefetch").none(), nb::arg("on_error"),
-          nb::arg("decode"), nb::arg("max_pixels"), nb::arg("max_scans"))
+          nb::arg("decode"), nb::arg("max_pixels"), nb::arg("max_scans"),
+          nb::arg("distribution"), nb::arg("shuffle_window"))
       .def("next", &PyLoader::Next, nb::arg("with_keys") = false)
       .def("stats", &PyLoader::Stats)
       .def("state", &PyLoader::State)

@@ -84,6 +84,13 @@ class Loader:
         batch, counted and named in ``stats()``.
       decode: ``"image"``, or ``"raw"`` to get each record's bytes (a list
         of ``bytes`` in place of the image tensor).
+      distribution: ``"replicated"`` (ranks split the samples of every
+        shard) or ``"sharded"`` (rank r reads only shards ``s % world_size ==
+        r``, as SageMaker's ShardedByS3Key; ranks are evened out to the same
+        sample count, padding or, with ``drop_last``, truncating).
+      shuffle_window: 0 for a global shuffle each epoch; N > 0 streams the
+        shards in a seeded order, each front to back, through a shuffle
+        buffer of N samples (what ``mode="pipe"`` uses).
 
     Thread-safety: iterate from one thread at a time. Waiting for a batch
     releases the GIL.
@@ -110,6 +117,8 @@ class Loader:
         prefetch: Optional[int] = None,
         on_error: str = "raise",
         decode: str = "image",
+        distribution: str = "replicated",
+        shuffle_window: int = 0,
         max_pixels: int = 1 << 28,
         max_scans: int = 256,
     ):
@@ -149,6 +158,8 @@ class Loader:
             decode=decode,
             max_pixels=max_pixels,
             max_scans=max_scans,
+            distribution=distribution,
+            shuffle_window=shuffle_window,
         )
         self._abandoned = False  # an iteration was left mid-epoch
 

@@ -334,3 +334,37 @@ def test_cli_bench_reports_json(mini_dataset):
     assert report["samples"] == 200 and len(report["epochs"]) == 2
     assert report["samples_per_s"] > 0 and report["peak_rss_bytes"] > 0
     assert report["skipped"] == 0
+
+
+def test_sharded_distribution_gives_each_rank_its_own_shards(mini_dataset):
+    shards = [s["records"] for s in stoker.inspect(mini_dataset)["shard_list"]]
+    assert len(shards) >= 2
+    starts = np.cumsum([0] + shards)
+    index = {rec.payload: i for i, rec in enumerate(stoker.Dataset(mini_dataset))}
+    counts = []
+    for rank in range(2):
+        loader = stoker.Loader(mini_dataset, batch_size=8, decode="raw", output="numpy",
+                               rank=rank, world_size=2, distribution="sharded")
+        ids = [index[p] for payloads, _ in loader for p in payloads]
+        shard_of = np.searchsorted(starts, ids, side="right") - 1
+        assert set(shard_of % 2) == {rank}
+        counts.append(len(ids))
+        assert loader.state_dict()["distribution"] == "sharded"
+    assert counts[0] == counts[1]  # evened out (padded) so no rank waits for another
+    with pytest.raises(ValueError, match="shards for"):
+        stoker.Loader(mini_dataset, output="numpy", rank=0, world_size=len(shards) + 1,
+                      distribution="sharded")
+
+
+def test_shuffle_window_reads_shards_front_to_back(mini_dataset):
+    loader = stoker.Loader(mini_dataset, batch_size=100, decode="raw", output="numpy",
+                           shuffle_window=4, seed=1)
+    index = {rec.payload: i for i, rec in enumerate(stoker.Dataset(mini_dataset))}
+    (payloads, _), = list(loader)
+    ids = [index[p] for p in payloads]
+    assert sorted(ids) == list(range(100))
+    shards = [s["records"] for s in stoker.inspect(mini_dataset)["shard_list"]]
+    shard_of = np.searchsorted(np.cumsum([0] + shards), ids, side="right") - 1
+    # Shards are streamed one after another: few switches between shards.
+    switches = int(np.count_nonzero(np.diff(shard_of)))
+    assert switches < 4 * len(shards)

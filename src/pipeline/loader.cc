@@ -213,6 +213,8 @@ class LoaderImpl final : public Loader {
     st.world_size = o_.world_size;
     st.shuffle = o_.shuffle;
     st.drop_last = o_.drop_last;
+    st.distribution = o_.distribution;
+    st.shuffle_window = o_.shuffle_window;
     return st;
   }
 
@@ -233,6 +235,13 @@ class LoaderImpl final : public Loader {
     if (st.rank != mine.rank) return mismatch("rank", mine.rank, st.rank);
     if (st.shuffle != mine.shuffle) return mismatch("shuffle", mine.shuffle, st.shuffle);
     if (st.drop_last != mine.drop_last) return mismatch("drop_last", mine.drop_last, st.drop_last);
+    if (st.distribution != mine.distribution) {
+      return mismatch("distribution", static_cast<int>(mine.distribution),
+                      static_cast<int>(st.distribution));
+    }
+    if (st.shuffle_window != mine.shuffle_window) {
+      return mismatch("shuffle window (input mode)", mine.shuffle_window, st.shuffle_window);
+    }
     Stop();
     epoch_ = st.epoch;
     if (absl::Status s = MakePlan(); !s.ok()) return s;
@@ -254,6 +263,9 @@ class LoaderImpl final : public Loader {
     po.drop_last = o_.drop_last;
     po.rank = o_.rank;
     po.world_size = o_.world_size;
+    po.distribution = o_.distribution;
+    po.shuffle_window = o_.shuffle_window;
+    for (const ShardInfo& s : dataset_->manifest().shards) po.shard_records.push_back(s.records);
     absl::StatusOr<plan::EpochPlan> p =
         plan::EpochPlan::Make(dataset_->manifest().fingerprint, dataset_->size(), po, epoch_);
     if (!p.ok()) return p.status();
@@ -503,6 +515,13 @@ absl::StatusOr<Decode> ParseDecode(std::string_view name) {
   if (name == "image") return Decode::kImage;
   if (name == "raw") return Decode::kRaw;
   return absl::InvalidArgumentError(StrCat("decode '", name, "' is not one of image, raw"));
+}
+
+absl::StatusOr<plan::Distribution> ParseDistribution(std::string_view name) {
+  if (name == "replicated") return plan::Distribution::kReplicated;
+  if (name == "sharded") return plan::Distribution::kSharded;
+  return absl::InvalidArgumentError(
+      StrCat("distribution '", name, "' is not one of replicated, sharded"));
 }
 
 absl::Status LoaderOptions::Validate() const {

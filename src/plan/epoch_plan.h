@@ -117,6 +117,8 @@ struct PlanState {
   uint32_t world_size = 1;
   bool shuffle = true;
   bool drop_last = false;
+  Distribution distribution = Distribution::kReplicated;
+  uint64_t shuffle_window = 0;
 };
 
 }  // namespace stoker::plan
