@@ -1,0 +1,293 @@
+#include "io/remote_sources.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "util/crc32c.h"
+#include "util/strings.h"
+
+namespace stoker::io {
+namespace {
+
+absl::Status Errno(std::string_view what, const std::string& path) {
+  const int err = errno;
+  const std::string msg = StrCat(what, " ", path, ": ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::UnavailableError(msg);
+}
+
+// CRC-32C of a local file, or the error reading it.
+absl::StatusOr<uint32_t> FileCrc(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("cannot open", path);
+  std::vector<char> buf(size_t{4} << 20);
+  uint32_t crc = 0;
+  for (;;) {
+    ssize_t got = ::read(fd, buf.data(), buf.size());
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      absl::Status s = Errno("cannot read", path);
+      ::close(fd);
+      return s;
+    }
+    if (got == 0) break;
+    crc = crc32c::Extend(crc, buf.data(), static_cast<size_t>(got));
+  }
+  ::close(fd);
+  return crc;
+}
+
+absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t put = ::write(fd, p, n);
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      return Errno("cannot write", path);
+    }
+    p += put;
+    n -= static_cast<size_t>(put);
+  }
+  return absl::OkStatus();
+}
+
+// One attempt: resume `part` from its length, then rename it to `path`.
+absl::StatusOr<uint64_t> DownloadOnce(const ByteSource& src, const std::string& path,
+                                      const std::string& part, const DownloadOptions& o) {
+  const uint64_t total = src.size();
+  int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot create", part);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    absl::Status s = Errno("cannot stat", part);
+    ::close(fd);
+    return s;
+  }
+  uint64_t done = static_cast<uint64_t>(st.st_size);
+  if (done > total) {  // not a prefix of this object: start over
+    if (::ftruncate(fd, 0) != 0) {
+      absl::Status s = Errno("cannot truncate", part);
+      ::close(fd);
+      return s;
+    }
+    done = 0;
+  }
+  uint64_t fetched = 0;
+  std::vector<char> buf(std::max<size_t>(1, o.chunk_bytes));
+  while (done < total) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), total - done));
+    absl::Status s = src.ReadAt(done, n, buf.data());
+    if (s.ok()) s = WriteAll(fd, buf.data(), n, part);
+    if (!s.ok()) {
+      ::close(fd);  // the part file stays: the next attempt resumes it
+      return s;
+    }
+    done += n;
+    fetched += n;
+    if (o.progress) o.progress(done, total);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) return Errno("cannot flush", part);
+  if (::rename(part.c_str(), path.c_str()) != 0) return Errno("cannot rename to", path);
+  return fetched;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> DownloadToLocal(const ByteSource& src, const std::string& path,
+                                         const DownloadOptions& o) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == src.size()) {
+    if (!o.crc32c) return 0;
+    absl::StatusOr<uint32_t> crc = FileCrc(path);
+    if (crc.ok() && *crc == *o.crc32c) return 0;  // complete from an earlier run
+  }
+  const std::string part = path + ".part";
+  uint64_t fetched = 0;
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<uint64_t> got = DownloadOnce(src, path, part, o);
+    if (!got.ok()) return got.status();
+    fetched += *got;
+    if (!o.crc32c) return fetched;
+    absl::StatusOr<uint32_t> crc = FileCrc(path);
+    if (!crc.ok()) return crc.status();
+    if (*crc == *o.crc32c) return fetched;
+    ::unlink(path.c_str());  // a stale or damaged part file, or bad bytes
+    if (attempt == 1) {
+      return absl::DataLossError(absl::StrFormat(
+          "download of %s to %s: CRC-32C %08x, expected %08x (fetched twice)", src.name(),
+          path, *crc, *o.crc32c));
+    }
+  }
+}
+
+namespace {
+
+class StreamingSource final : public ByteSource {
+ public:
+  StreamingSource(std::shared_ptr<const ByteSource> base, StreamingOptions o)
+      : base_(std::move(base)),
+        part_bytes_(std::max<size_t>(1, o.part_bytes)),
+        parts_(static_cast<uint64_t>(std::max(1, o.parts))),
+        num_parts_((base_->size() + part_bytes_ - 1) / part_bytes_),
+        reader_([this] { ReadAhead(); }) {}
+
+  ~StreamingSource() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    reader_.join();
+  }
+
+  absl::Status ReadAt(uint64_t offset, size_t n, char* dst) const override {
+    if (offset > size() || n > size() - offset) {
+      return absl::OutOfRangeError(StrCat("read of ", n, " bytes at ", offset, " of ",
+                                          name(), " (", size(), " bytes)"));
+    }
+    if (n == 0) return absl::OkStatus();
+    const uint64_t p0 = offset / part_bytes_, p1 = (offset + n - 1) / part_bytes_;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (p1 - p0 + 1 > parts_ || p0 + parts_ < head_) {
+      lock.unlock();  // too big for the ring, or far behind it
+      return base_->ReadAt(offset, n, dst);
+    }
+    if (p1 >= head_ + parts_) {  // move the ring forward
+      head_ = p1 + 1 - parts_;
+      for (auto it = parts_map_.begin(); it != parts_map_.end() && it->first < head_;) {
+        it = parts_map_.erase(it);
+      }
+    }
+    cv_.notify_all();  // the read-ahead thread may have work now
+    for (uint64_t p = p0; p <= p1; ++p) {
+      const uint64_t part_start = p * part_bytes_;
+      const uint64_t from = std::max(offset, part_start);
+      const uint64_t to = std::min(offset + n, part_start + PartSize(p));
+      if (p < head_) {  // just behind the ring: read directly
+        lock.unlock();
+        absl::Status s = base_->ReadAt(from, to - from, dst + (from - offset));
+        lock.lock();
+        if (!s.ok()) return s;
+        continue;
+      }
+      absl::StatusOr<std::shared_ptr<const std::string>> part = GetPart(p, lock);
+      if (!part.ok()) return part.status();
+      std::memcpy(dst + (from - offset), (*part)->data() + (from - part_start), to - from);
+    }
+    return absl::OkStatus();
+  }
+
+  uint64_t size() const override { return base_->size(); }
+  const std::string& name() const override { return base_->name(); }
+  size_t preferred_read_size() const override { return part_bytes_; }
+
+ private:
+  struct Part {
+    bool loading = false;
+    absl::Status status;
+    std::shared_ptr<const std::string> data;
+  };
+
+  uint64_t PartSize(uint64_t p) const {
+    return std::min<uint64_t>(part_bytes_, base_->size() - p * part_bytes_);
+  }
+
+  // Returns part p, loading it on this thread unless another one already is.
+  // REQUIRES: lock held on mu_.
+  absl::StatusOr<std::shared_ptr<const std::string>> GetPart(
+      uint64_t p, std::unique_lock<std::mutex>& lock) const {
+    for (;;) {
+      if (p < head_) {  // another reader moved the ring past p: read it alone
+        lock.unlock();
+        auto data = std::make_shared<std::string>(PartSize(p), '\0');
+        absl::Status s = base_->ReadAt(p * part_bytes_, data->size(), data->data());
+        lock.lock();
+        if (!s.ok()) return s;
+        return std::shared_ptr<const std::string>(std::move(data));
+      }
+      auto it = parts_map_.find(p);
+      if (it == parts_map_.end()) {
+        Load(p, lock);
+        continue;
+      }
+      if (it->second.loading) {
+        cv_.wait(lock);
+        continue;
+      }
+      if (!it->second.status.ok()) {
+        absl::Status s = it->second.status;
+        parts_map_.erase(it);  // the next read tries again
+        return s;
+      }
+      return it->second.data;
+    }
+  }
+
+  // Loads part p without the lock held. REQUIRES: lock held, p absent.
+  void Load(uint64_t p, std::unique_lock<std::mutex>& lock) const {
+    parts_map_[p].loading = true;
+    lock.unlock();
+    auto data = std::make_shared<std::string>(PartSize(p), '\0');
+    absl::Status s = base_->ReadAt(p * part_bytes_, data->size(), data->data());
+    lock.lock();
+    auto it = parts_map_.find(p);
+    if (p < head_) {  // the ring moved past it meanwhile
+      if (it != parts_map_.end()) parts_map_.erase(it);
+    } else {
+      it->second.loading = false;
+      it->second.status = s;
+      if (s.ok()) it->second.data = std::move(data);
+    }
+    cv_.notify_all();
+  }
+
+  // Keeps the ring full: loads the first missing part in [head, head+parts).
+  void ReadAhead() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      uint64_t missing = UINT64_MAX;
+      for (uint64_t p = head_; p < std::min(head_ + parts_, num_parts_); ++p) {
+        if (parts_map_.find(p) == parts_map_.end()) {
+          missing = p;
+          break;
+        }
+      }
+      if (missing == UINT64_MAX) {
+        cv_.wait(lock);
+        continue;
+      }
+      Load(missing, lock);
+    }
+  }
+
+  const std::shared_ptr<const ByteSource> base_;
+  const size_t part_bytes_;
+  const uint64_t parts_;
+  const uint64_t num_parts_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  mutable std::map<uint64_t, Part> parts_map_;  // guarded by mu_
+  mutable uint64_t head_ = 0;                   // first part of the ring; guarded by mu_
+  bool stop_ = false;                           // guarded by mu_
+  std::thread reader_;                          // last: starts after the rest is set
+};
+
+}  // namespace
+
+std::unique_ptr<ByteSource> MakeStreamingSource(std::shared_ptr<const ByteSource> base,
+                                                StreamingOptions options) {
+  return std::make_unique<StreamingSource>(std::move(base), options);
+}
+
+}  // namespace stoker::io

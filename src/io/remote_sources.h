@@ -1,0 +1,61 @@
+// How the input modes read a remote object (see docs/input_modes.md):
+//   file      DownloadToLocal: the whole object to a local file first,
+//             resuming an interrupted download, then read locally;
+//   pipe      StreamingSource: read ahead in large sequential parts through a
+//             bounded ring of memory, nothing written to disk;
+//   fastfile  the node cache (io/node_cache.h) on first use of the object.
+// All of them work on any ByteSource (S3 in production, local files and
+// fault-injecting fakes in tests).
+#ifndef STOKER_IO_REMOTE_SOURCES_H_
+#define STOKER_IO_REMOTE_SOURCES_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "io/byte_source.h"
+
+namespace stoker::io {
+
+struct DownloadOptions {
+  size_t chunk_bytes = size_t{8} << 20;  // read size from the source
+  // The object's CRC-32C when known (the manifest has every shard's): a
+  // finished download that does not match is deleted and fetched once more,
+  // then reported as DataLoss. An existing complete file that matches is
+  // kept without reading the source.
+  std::optional<uint32_t> crc32c;
+  // Called after each chunk with the bytes of this object written so far.
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+// Copies `src` to local `path`. Bytes go to `path + ".part"`, appended; an
+// interrupted download resumes from the part file's length; the part file is
+// renamed to `path` when complete (and checked). Returns the bytes fetched
+// from the source by this call (0 when `path` was already complete).
+// Errors name the source and the path.
+absl::StatusOr<uint64_t> DownloadToLocal(const ByteSource& src, const std::string& path,
+                                         const DownloadOptions& options = {});
+
+struct StreamingOptions {
+  size_t part_bytes = size_t{8} << 20;  // one read from the source
+  int parts = 4;                        // parts held: the memory bound is parts * part_bytes
+};
+
+// A source that serves reads from a ring of `parts` consecutive parts of
+// `base`, fetching the next part on a background thread while the current
+// one is read, so a forward scan (with jitter inside the ring) waits only for
+// the first part. A read outside the ring moves the ring there; one that is
+// far behind it (more than a ring back) is served by a direct read of just
+// those bytes without moving the ring. Memory stays under parts *
+// part_bytes plus the bytes of direct reads in flight.
+//
+// Thread-safety: safe for concurrent use; reads are served in any order.
+std::unique_ptr<ByteSource> MakeStreamingSource(std::shared_ptr<const ByteSource> base,
+                                                StreamingOptions options = {});
+
+}  // namespace stoker::io
+
+#endif  // STOKER_IO_REMOTE_SOURCES_H_
