@@ -10,7 +10,7 @@ BUILD := build/py
 APT_PACKAGES := build-essential cmake ninja-build pkg-config git \
 	libabsl-dev libjpeg62-turbo-dev libturbojpeg0-dev libtbb-dev libcurl4-openssl-dev \
 	nlohmann-json3-dev libcli11-dev libfmt-dev libzstd-dev libxxhash-dev libgtest-dev
-PIP_PACKAGES := "scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.21" "pytest>=7"
+PIP_PACKAGES := "scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.21" "pytest>=7" "moto[server]"
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
 
 .PHONY: all deps venv build demo test test-cpp test-python clean

@@ -3,6 +3,7 @@
 #define STOKER_DATASET_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,10 +12,12 @@
 #include "absl/status/statusor.h"
 #include "format/manifest.h"
 #include "format/shard_reader.h"
+#include "io/storage.h"
 
 namespace stoker {
 
-// Reads and validates the manifest of the dataset at `uri` (a local folder).
+// Reads and validates the manifest of the dataset at `uri` (a local folder
+// or s3://bucket/prefix).
 // Returns NotFound when there is no manifest, DataLoss when it is damaged.
 absl::StatusOr<Manifest> Inspect(const std::string& uri);
 
@@ -51,6 +54,43 @@ struct Record {
   uint64_t offset = 0;  // of the record within its shard
 };
 
+// How shards of an s3:// dataset are read (local datasets are always read in
+// place). See docs/input_modes.md.
+enum class InputMode {
+  kAuto,      // s3://: kFastFile; local: in place
+  kFile,      // download this node's shards to local_dir first, then read locally
+  kPipe,      // stream each shard through a bounded read-ahead ring; no disk
+  kFastFile,  // fetch a shard on first use into the node cache (cache_dir)
+};
+absl::StatusOr<InputMode> ParseInputMode(std::string_view name);  // "file", "pipe", ...
+
+struct DatasetOptions {
+  InputMode mode = InputMode::kAuto;
+  io::StorageOptions storage;
+  // kFile: where shards are downloaded. Default: ~/.cache/stoker/file/<bucket>/<prefix>.
+  std::string local_dir;
+  // kFastFile: the node cache folder and its cap (bytes). Default dir
+  // ~/.cache/stoker/cache; default limit 10 GiB. A limit smaller than the
+  // largest shard is an error at Open.
+  std::string cache_dir;
+  uint64_t cache_limit = 0;
+  // kPipe: read-ahead ring per shard being read.
+  size_t pipe_part_bytes = size_t{8} << 20;
+  int pipe_parts = 2;
+  // Shards this process will read (sharded distribution); others are only
+  // indexed. Default: all.
+  std::function<bool(uint64_t shard, uint64_t num_shards)> needed;
+  // kFile: called as download bytes arrive (all shards together).
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+// Counters of the node cache and downloads, for stats().
+struct DatasetIoStats {
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  uint64_t bytes_downloaded = 0;
+};
+
 // Random access to every record of a dataset by global index (records
 // numbered shard by shard, in file order).
 //
@@ -60,7 +100,9 @@ class Dataset {
   // Loads the manifest and opens every shard, checking each shard's
   // structure (header, index, footer) and that its size and record count
   // match the manifest. Returns NotFound / DataLoss naming the file.
-  static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::string& uri);
+  static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::string& uri,
+                                                       const DatasetOptions& options = {});
+  ~Dataset();
 
   Dataset(const Dataset&) = delete;
   Dataset& operator=(const Dataset&) = delete;
@@ -80,12 +122,20 @@ class Dataset {
   // The path of shard s, as used in error messages.
   std::string shard_path(uint64_t s) const { return ShardPath(uri_, manifest_.shards[s]); }
 
+  // Starts fetching shards into the node cache in this order, in the
+  // background (fastfile read-ahead along the plan); replaces an earlier
+  // order. No effect in other modes.
+  void Prefetch(std::vector<uint64_t> shard_order) const;
+  DatasetIoStats io_stats() const;
+
  private:
   Dataset() = default;
   std::string uri_;
   Manifest manifest_;
   std::vector<std::unique_ptr<shard::ShardReader>> readers_;
   std::vector<uint64_t> first_record_;  // global index of each shard's first record
+  struct Remote;                        // node cache, prefetcher, counters
+  std::unique_ptr<Remote> remote_;
 };
 
 }  // namespace stoker

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "plan/epoch_plan.h"
+#include "stoker/dataset.h"
 
 namespace stoker {
 
@@ -77,6 +78,13 @@ struct LoaderOptions {
   // Finished batches kept ready ahead of the consumer. Default 2.
   std::optional<int> prefetch;
   OnError on_error = OnError::kRaise;
+  // How an s3:// dataset is read (ignored for local folders): the input
+  // mode, and its folders and cap (see stoker/dataset.h, DatasetOptions).
+  InputMode mode = InputMode::kAuto;
+  std::string local_dir;
+  std::string cache_dir;
+  uint64_t cache_limit = 0;
+  std::optional<std::string> endpoint_url;  // else AWS_ENDPOINT_URL
   // Caps against decompression bombs.
   int64_t max_pixels = int64_t{1} << 28;
   int max_scans = 256;
@@ -120,6 +128,9 @@ struct LoaderStats {
   std::vector<std::string> skipped_keys;  // "shard:key: reason"
   uint64_t pool_buffers = 0;    // batch buffers allocated in all
   uint64_t padding = 0;         // samples repeated this epoch to even out ranks
+  uint64_t cache_hits = 0;      // node cache (fastfile): shards found there
+  uint64_t cache_misses = 0;    // and fetched
+  uint64_t bytes_downloaded = 0;  // from the object store (file, fastfile)
 };
 
 // Thread-safety: Next, Stop, stats and state may be called from different

@@ -100,6 +100,9 @@ class PyLoader {
     d["skipped_samples"] = skipped;
     d["pool_buffers"] = s.pool_buffers;
     d["padding"] = s.padding;
+    d["cache_hits"] = s.cache_hits;
+    d["cache_misses"] = s.cache_misses;
+    d["bytes_downloaded"] = s.bytes_downloaded;
     return d;
   }
 
@@ -192,7 +195,9 @@ void BindLoader(nb::module_& m) {
              std::array<float, 3> std, bool drop_last, uint32_t rank, uint32_t world_size,
              std::optional<int> threads, std::optional<int> prefetch,
              const std::string& on_error, const std::string& decode, int64_t max_pixels,
-             int max_scans, const std::string& distribution, uint64_t shuffle_window) {
+             int max_scans, const std::string& distribution, uint64_t shuffle_window,
+             const std::string& mode, const std::string& local_dir, const std::string& cache_dir,
+             uint64_t cache_limit, std::optional<std::string> endpoint_url) {
             LoaderOptions o;
             o.uri = uri;
             o.batch_size = batch_size;
@@ -216,6 +221,11 @@ void BindLoader(nb::module_& m) {
             o.max_scans = max_scans;
             o.distribution = Parsed(ParseDistribution(distribution));
             o.shuffle_window = shuffle_window;
+            o.mode = Parsed(ParseInputMode(mode));
+            o.local_dir = local_dir;
+            o.cache_dir = cache_dir;
+            o.cache_limit = cache_limit;
+            o.endpoint_url = std::move(endpoint_url);
             new (self) PyLoader(o);
           },
           nb::kw_only(), nb::arg("uri"), nb::arg("batch_size"), nb::arg("image_size"),
@@ -224,7 +234,9 @@ void BindLoader(nb::module_& m) {
           nb::arg("drop_last"), nb::arg("rank"), nb::arg("world_size"),
           nb::arg("threads").none(), nb::arg("prefetch").none(), nb::arg("on_error"),
           nb::arg("decode"), nb::arg("max_pixels"), nb::arg("max_scans"),
-          nb::arg("distribution"), nb::arg("shuffle_window"))
+          nb::arg("distribution"), nb::arg("shuffle_window"), nb::arg("mode"),
+          nb::arg("local_dir"), nb::arg("cache_dir"), nb::arg("cache_limit"),
+          nb::arg("endpoint_url").none())
       .def("next", &PyLoader::Next, nb::arg("with_keys") = false)
       .def("stats", &PyLoader::Stats)
       .def("state", &PyLoader::State)

@@ -90,7 +90,17 @@ class Loader:
         sample count, padding or, with ``drop_last``, truncating).
       shuffle_window: 0 for a global shuffle each epoch; N > 0 streams the
         shards in a seeded order, each front to back, through a shuffle
-        buffer of N samples (what ``mode="pipe"`` uses).
+        buffer of N samples. Default: 1024 with ``mode="pipe"``, else 0.
+      mode: how an ``s3://`` dataset is read (local folders are read in
+        place): ``"file"`` downloads this node's shards to ``local_dir``
+        first (resuming an interrupted download), ``"pipe"`` streams them
+        through bounded memory with nothing on disk, ``"fastfile"`` (what
+        ``"auto"`` picks) fetches each shard on first use into the node cache
+        ``cache_dir``, capped at ``cache_limit`` bytes (e.g. ``"20GiB"``,
+        default 10 GiB) and shared by processes and later jobs.
+      endpoint_url: an S3-compatible store (MinIO, Ceph, ...); default
+        ``AWS_ENDPOINT_URL``. Credentials come from the environment or the
+        AWS shared files.
 
     Thread-safety: iterate from one thread at a time. Waiting for a batch
     releases the GIL.
@@ -118,7 +128,12 @@ class Loader:
         on_error: str = "raise",
         decode: str = "image",
         distribution: str = "replicated",
-        shuffle_window: int = 0,
+        shuffle_window: Optional[int] = None,
+        mode: str = "auto",
+        local_dir: Optional[PathLike] = None,
+        cache_dir: Optional[PathLike] = None,
+        cache_limit: Union[int, str, None] = None,
+        endpoint_url: Optional[str] = None,
         max_pixels: int = 1 << 28,
         max_scans: int = 256,
     ):
@@ -135,7 +150,17 @@ class Loader:
                 raise ValueError(f"{name} must be a positive int, not {value!r}")
         if seed < 0:
             raise ValueError(f"seed {seed} is negative")
-        self._uri = os.fspath(uri)
+        if mode not in ("auto", "file", "pipe", "fastfile"):
+            raise ValueError(f"mode {mode!r} is not one of auto, file, pipe, fastfile")
+        if shuffle_window is None:
+            # pipe streams shards front to back: shuffle through a window.
+            shuffle_window = 1024 if mode == "pipe" and shuffle else 0
+        if isinstance(cache_limit, str):
+            from stoker._pack import parse_byte_size
+
+            cache_limit = parse_byte_size(cache_limit)
+        uri = os.fspath(uri)
+        self._uri = uri
         self._output = output
         self._native = _native.Loader(
             uri=self._uri,
@@ -160,6 +185,11 @@ class Loader:
             max_scans=max_scans,
             distribution=distribution,
             shuffle_window=shuffle_window,
+            mode=mode,
+            local_dir=os.fspath(local_dir) if local_dir is not None else "",
+            cache_dir=os.fspath(cache_dir) if cache_dir is not None else "",
+            cache_limit=cache_limit or 0,
+            endpoint_url=endpoint_url,
         )
         self._abandoned = False  # an iteration was left mid-epoch
 
@@ -229,7 +259,8 @@ class Loader:
         consumer waited (``wait``); ``first_batch_seconds``; ``skipped`` and
         ``skipped_samples`` (``"shard:key: reason"`` each); ``pool_buffers``
         (batch buffers ever allocated); ``padding`` (samples repeated this
-        epoch to even out ranks).
+        epoch to even out ranks); ``cache_hits``, ``cache_misses`` (node
+        cache, fastfile) and ``bytes_downloaded`` (file, fastfile).
         """
         return self._native.stats()
 

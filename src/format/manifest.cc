@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "format/shard_format.h"
 #include "io/byte_source.h"
+#include "io/storage.h"
 
 namespace stoker {
 namespace {
@@ -139,7 +140,7 @@ std::string ShardPath(const std::string& dir, const ShardInfo& shard) {
 
 absl::StatusOr<Manifest> LoadManifest(const std::string& dir) {
   std::string path = ShardPath(dir, ShardInfo{std::string(shard::kManifestName)});
-  absl::StatusOr<std::string> text = io::ReadFileToString(path);
+  absl::StatusOr<std::string> text = io::ReadUri(path);
   if (!text.ok()) {
     if (absl::IsNotFound(text.status())) {
       return absl::NotFoundError(stoker::StrCat(

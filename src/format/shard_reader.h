@@ -47,6 +47,14 @@ class ShardReader {
   static absl::StatusOr<std::unique_ptr<ShardReader>> Open(
       std::shared_ptr<const io::ByteSource> source);
 
+  // A reader with the same (already checked) index that reads records from
+  // `source`, which must hold the same bytes: how the input modes move a
+  // shard opened remotely onto a cache or read-ahead source without reading
+  // its index again.
+  std::unique_ptr<ShardReader> WithSource(std::shared_ptr<const io::ByteSource> source) const {
+    return std::unique_ptr<ShardReader>(new ShardReader(std::move(source), index_));
+  }
+
   uint64_t records() const { return index_.size(); }
   const IndexEntry& entry(uint64_t i) const { return index_[i]; }
   const std::string& name() const { return source_->name(); }

@@ -37,6 +37,10 @@ class ByteSource {
   // A read size that uses the medium well; callers may read in larger or
   // smaller pieces. Default: 4 MiB.
   virtual size_t preferred_read_size() const { return size_t{4} << 20; }
+
+  // Identifies this version of the bytes (an object's ETag); "" when the
+  // medium has no such notion. Cache keys include it.
+  virtual std::string version() const { return ""; }
 };
 
 // Opens a local file for reading. Returns NotFound naming the path if it does

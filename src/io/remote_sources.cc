@@ -159,8 +159,10 @@ class StreamingSource final : public ByteSource {
     if (n == 0) return absl::OkStatus();
     const uint64_t p0 = offset / part_bytes_, p1 = (offset + n - 1) / part_bytes_;
     std::unique_lock<std::mutex> lock(mu_);
-    if (p1 - p0 + 1 > parts_ || p0 + parts_ < head_) {
-      lock.unlock();  // too big for the ring, or far behind it
+    if (p1 - p0 + 1 > parts_ || p0 + parts_ < head_ || p0 > head_ + parts_) {
+      // Too big for the ring, far behind it, or far ahead (e.g. the index
+      // at the end of a shard): a direct read leaves the ring where it is.
+      lock.unlock();
       return base_->ReadAt(offset, n, dst);
     }
     if (p1 >= head_ + parts_) {  // move the ring forward
@@ -169,6 +171,7 @@ class StreamingSource final : public ByteSource {
         it = parts_map_.erase(it);
       }
     }
+    started_ = true;
     cv_.notify_all();  // the read-ahead thread may have work now
     for (uint64_t p = p0; p <= p1; ++p) {
       const uint64_t part_start = p * part_bytes_;
@@ -263,7 +266,7 @@ class StreamingSource final : public ByteSource {
           break;
         }
       }
-      if (missing == UINT64_MAX) {
+      if (missing == UINT64_MAX || !started_) {  // idle until the first read
         cv_.wait(lock);
         continue;
       }
@@ -280,6 +283,7 @@ class StreamingSource final : public ByteSource {
   mutable std::map<uint64_t, Part> parts_map_;  // guarded by mu_
   mutable uint64_t head_ = 0;                   // first part of the ring; guarded by mu_
   bool stop_ = false;                           // guarded by mu_
+  mutable bool started_ = false;                // a read used the ring; guarded by mu_
   std::thread reader_;                          // last: starts after the rest is set
 };
 

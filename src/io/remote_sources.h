@@ -47,9 +47,10 @@ struct StreamingOptions {
 // A source that serves reads from a ring of `parts` consecutive parts of
 // `base`, fetching the next part on a background thread while the current
 // one is read, so a forward scan (with jitter inside the ring) waits only for
-// the first part. A read outside the ring moves the ring there; one that is
-// far behind it (more than a ring back) is served by a direct read of just
-// those bytes without moving the ring. Memory stays under parts *
+// the first part. Nothing is fetched before the first read. A read just past
+// the ring moves the ring forward; one far behind it or far ahead of it (the
+// index at a shard's end) is served by a direct read of just those bytes
+// without moving the ring. Memory stays under parts *
 // part_bytes plus the bytes of direct reads in flight.
 //
 // Thread-safety: safe for concurrent use; reads are served in any order.

@@ -22,6 +22,7 @@
 #include "format/shard_writer.h"
 #include "image/jpeg.h"
 #include "io/byte_source.h"
+#include "io/storage.h"
 #include "io/writable_file.h"
 #include "pack/sources.h"
 #include "stoker/version.h"
@@ -97,24 +98,40 @@ void SeededShuffle(std::vector<pack::SourceItem>* items, uint64_t seed) {
 
 std::string ShardName(uint64_t i) { return absl::StrFormat("shard-%05d.stk", i); }
 
+// Whether a name in the destination is one an earlier pack wrote.
+bool WrittenByPack(std::string_view name) {
+  return (absl::StartsWith(ToAbsl(name), "shard-") &&
+          (absl::EndsWith(ToAbsl(name), ToAbsl(shard::kShardSuffix)) ||
+           absl::StrContains(ToAbsl(name), std::string(shard::kShardSuffix) + ".tmp."))) ||
+         absl::StartsWith(ToAbsl(name), std::string(shard::kManifestName) + ".tmp.") ||
+         absl::StartsWith(ToAbsl(name), std::string(shard::kRejectedName));
+}
+
 // Removes what an earlier pack left in dst: the manifest first, so no reader
-// takes the folder for a dataset while shards change underneath.
-absl::Status ClearDestination(const fs::path& dst) {
+// takes the folder (or prefix) for a dataset while shards change underneath.
+absl::Status ClearDestination(const std::string& dst) {
+  if (absl::Status s = io::MakeFolder(dst); !s.ok()) return s;
+  if (absl::Status s = io::RemoveUri(io::JoinUri(dst, shard::kManifestName)); !s.ok()) {
+    return s;
+  }
+  if (io::IsS3Uri(dst)) {
+    absl::StatusOr<io::S3Location> loc = io::ParseS3Uri(io::JoinUri(dst, ""));
+    if (!loc.ok()) return loc.status();
+    absl::StatusOr<std::shared_ptr<io::S3Client>> client = io::SharedS3Client({});
+    if (!client.ok()) return client.status();
+    absl::StatusOr<std::vector<io::S3Client::Object>> objects =
+        (*client)->List(loc->bucket, loc->key);
+    if (!objects.ok()) return objects.status();
+    for (const io::S3Client::Object& obj : *objects) {
+      const std::string_view name = std::string_view(obj.key).substr(loc->key.size());
+      if (name.find('/') != std::string_view::npos || !WrittenByPack(name)) continue;
+      if (absl::Status s = (*client)->DeleteObject(loc->bucket, obj.key); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   std::error_code ec;
-  fs::create_directories(dst, ec);
-  if (ec) return absl::InvalidArgumentError(stoker::StrCat("cannot create ", dst.string(), ": ",
-                                                         ec.message()));
-  fs::remove(dst / shard::kManifestName, ec);
-  if (ec) return absl::PermissionDeniedError(stoker::StrCat("cannot remove old manifest in ",
-                                                          dst.string(), ": ", ec.message()));
   for (fs::directory_iterator it(dst, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    bool ours = (absl::StartsWith(name, "shard-") &&
-                 (absl::EndsWith(name, ToAbsl(shard::kShardSuffix)) ||
-                  absl::StrContains(name, std::string(shard::kShardSuffix) + ".tmp."))) ||
-                absl::StartsWith(name, std::string(shard::kManifestName) + ".tmp.") ||
-                absl::StartsWith(name, std::string(shard::kRejectedName));
-    if (ours) {
+    if (WrittenByPack(it->path().filename().string())) {
       std::error_code ec2;
       fs::remove(it->path(), ec2);
     }
@@ -192,7 +209,7 @@ absl::StatusOr<PackSummary> Pack(const PackOptions& o) {
             [](const pack::SourceItem& a, const pack::SourceItem& b) { return a.key < b.key; });
   if (o.shuffle_seed) SeededShuffle(&sources.items, *o.shuffle_seed);
 
-  const fs::path dst(o.dst);
+  const std::string& dst = o.dst;
   if (absl::Status s = ClearDestination(dst); !s.ok()) return s;
 
   PackSummary summary;
@@ -250,8 +267,8 @@ absl::StatusOr<PackSummary> Pack(const PackOptions& o) {
       if (absl::Status s = finish_shard(); !s.ok()) return s;
     }
     if (!writer) {
-      absl::StatusOr<std::unique_ptr<io::WritableFile>> f = io::NewLocalWritableFile(
-          (dst / ShardName(manifest.shards.size())).string());
+      absl::StatusOr<std::unique_ptr<io::WritableFile>> f =
+          io::NewUriWriter(io::JoinUri(dst, ShardName(manifest.shards.size())));
       if (!f.ok()) return f.status();
       writer = std::make_unique<shard::ShardWriter>(std::move(*f));
     }
@@ -308,19 +325,16 @@ absl::StatusOr<PackSummary> Pack(const PackOptions& o) {
   for (const Rejection& r : summary.rejected) stoker::StrAppend(&rejected_text, r.path, "\t",
                                                               r.reason, "\n");
   if (absl::Status s =
-          io::WriteFileAtomically((dst / shard::kRejectedName).string(), rejected_text);
+          io::WriteUriAtomically(io::JoinUri(dst, shard::kRejectedName), rejected_text);
       !s.ok()) {
     return s;
   }
   if (o.strict && !summary.rejected.empty()) {
-    for (const ShardInfo& s : manifest.shards) {
-      std::error_code ec;
-      fs::remove(dst / s.path, ec);
-    }
+    for (const ShardInfo& s : manifest.shards) (void)io::RemoveUri(io::JoinUri(dst, s.path));
     return absl::FailedPreconditionError(stoker::StrCat(
         summary.rejected.size(), " input(s) rejected under --strict (first: ",
         summary.rejected[0].path, ": ", summary.rejected[0].reason, "); list in ",
-        (dst / shard::kRejectedName).string(), "; no dataset written"));
+        io::JoinUri(dst, shard::kRejectedName), "; no dataset written"));
   }
 
   manifest.records = summary.records;
@@ -345,7 +359,7 @@ absl::StatusOr<PackSummary> Pack(const PackOptions& o) {
   }
   manifest.pack_options = std::move(opts);
   manifest.fingerprint = ComputeFingerprint(manifest);
-  if (absl::Status s = io::WriteFileAtomically((dst / shard::kManifestName).string(),
+  if (absl::Status s = io::WriteUriAtomically(io::JoinUri(dst, shard::kManifestName),
                                                ManifestToJson(manifest));
       !s.ok()) {
     return s;

@@ -198,6 +198,10 @@ class LoaderImpl final : public Loader {
     }
     s.pool_buffers = pool_->allocated();
     s.padding = plan_->padding();
+    const DatasetIoStats io = dataset_->io_stats();
+    s.cache_hits = io.cache_hits;
+    s.cache_misses = io.cache_misses;
+    s.bytes_downloaded = io.bytes_downloaded;
     return s;
   }
 
@@ -274,6 +278,17 @@ class LoaderImpl final : public Loader {
   }
 
   void Start() {
+    // Fastfile read-ahead: shards in the order the plan first needs them.
+    std::vector<uint64_t> shard_order;
+    std::vector<bool> seen(dataset_->manifest().shards.size(), false);
+    for (uint64_t i = batches_done_ * o_.batch_size; i < plan_->size(); ++i) {
+      const uint64_t s = ShardOf(plan_->SampleAt(i));
+      if (!seen[s]) {
+        seen[s] = true;
+        shard_order.push_back(s);
+      }
+    }
+    dataset_->Prefetch(std::move(shard_order));
     stop_.store(false);
     queue_ = std::make_unique<BatchQueue>(static_cast<size_t>(o_.prefetch.value_or(2)));
     ctx_ = std::make_unique<tbb::task_group_context>();
@@ -281,6 +296,21 @@ class LoaderImpl final : public Loader {
     running_ = true;
     thread_ = std::thread([this, plan = plan_, first = batches_done_, q = queue_.get(),
                            ctx = ctx_.get()] { Run(*plan, first, q, ctx); });
+  }
+
+  uint64_t ShardOf(uint64_t sample) const {
+    const auto& shards = dataset_->manifest().shards;
+    if (shard_starts_.empty()) {
+      uint64_t first = 0;
+      for (const ShardInfo& s : shards) {
+        shard_starts_.push_back(first);
+        first += s.records;
+      }
+    }
+    return static_cast<uint64_t>(std::upper_bound(shard_starts_.begin(), shard_starts_.end(),
+                                                  sample) -
+                                 shard_starts_.begin()) -
+           1;
   }
 
   // The epoch's pipeline, on its own thread inside an arena of threads_.
@@ -485,6 +515,7 @@ class LoaderImpl final : public Loader {
   tbb::task_scheduler_handle workers_handle_;
   std::atomic<bool> stop_{false};
   BatchBuild* current_build_ = nullptr;  // touched by the serial input stage only
+  mutable std::vector<uint64_t> shard_starts_;  // consumer thread only
 
   AtomicStats stats_;
 };
@@ -554,7 +585,18 @@ size_t LoaderOptions::sample_bytes() const {
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(const LoaderOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<Dataset>> d = Dataset::Open(options.uri);
+  DatasetOptions dopt;
+  dopt.mode = options.mode;
+  dopt.local_dir = options.local_dir;
+  dopt.cache_dir = options.cache_dir;
+  dopt.cache_limit = options.cache_limit;
+  dopt.storage.endpoint_url = options.endpoint_url;
+  if (options.distribution == plan::Distribution::kSharded) {
+    dopt.needed = [rank = options.rank, world = options.world_size](uint64_t s, uint64_t) {
+      return s % world == rank;
+    };
+  }
+  absl::StatusOr<std::unique_ptr<Dataset>> d = Dataset::Open(options.uri, dopt);
   if (!d.ok()) return d.status();
   auto loader = std::make_unique<LoaderImpl>(options, std::move(*d));
   if (absl::Status s = loader->Init(); !s.ok()) return s;

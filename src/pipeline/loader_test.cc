@@ -234,11 +234,12 @@ TEST_F(LoaderTest, BuffersArePooledAcrossEpochs) {
       if (!*b) return;
     }
   };
-  drain();
-  uint64_t after_one = (*l)->stats().pool_buffers;
-  for (int e = 0; e < 3; ++e) drain();
-  EXPECT_EQ((*l)->stats().pool_buffers, after_one);
-  EXPECT_LT(after_one, 25u / 2);  // far fewer buffers than the 25 batches per epoch
+  for (int e = 0; e < 4; ++e) drain();
+  // 100 batches went through; buffers in use at once are bounded by the
+  // samples in flight (8 tokens: at most 3 open batches of 4), the batch
+  // waiting to enter the prefetch queue, the queue (2) and the one the
+  // consumer holds, whatever the timing.
+  EXPECT_LE((*l)->stats().pool_buffers, 3u + 1u + 2u + 1u);
 }
 
 TEST(LoaderOptions, BadOptionsAreInvalidArgument) {
