@@ -9,6 +9,7 @@
 #include "cli_parse.h"
 #include "nlohmann/json.hpp"
 #include "stoker/loader.h"
+#include "stoker/pack.h"
 
 namespace stoker::cli {
 namespace {
@@ -48,12 +49,27 @@ int RunBench(const std::vector<std::string>& args) {
   auto* p = app.add_option("--prefetch", prefetch, "batches ready ahead (default 2)");
   app.add_option("--epochs", epochs, "epochs to run")->capture_default_str();
   app.add_option("--seed", o.seed, "shuffle and augmentation seed")->capture_default_str();
+  std::string mode = "auto", cache_limit;
+  app.add_option("--mode", mode, "for s3:// datasets: file, pipe or fastfile (default)")
+      ->capture_default_str();
+  app.add_option("--local-dir", o.local_dir, "file mode: where shards are downloaded");
+  app.add_option("--cache-dir", o.cache_dir, "fastfile mode: the node cache folder");
+  app.add_option("--cache-limit", cache_limit, "fastfile mode: cache cap, e.g. 20GiB");
   app.add_flag("--json", json, "print the report as JSON");
   if (auto code = Parse(app, args)) return *code;
   if (eval) o.train = false;
   if (raw) o.decode = Decode::kRaw;
   if (t->count()) o.threads = threads;
   if (p->count()) o.prefetch = prefetch;
+  absl::StatusOr<InputMode> m = ParseInputMode(mode);
+  if (!m.ok()) return ReportError("bench", m.status());
+  o.mode = *m;
+  if (o.mode == InputMode::kPipe) o.shuffle_window = 1024;
+  if (!cache_limit.empty()) {
+    absl::StatusOr<uint64_t> limit = ParseByteSize(cache_limit);
+    if (!limit.ok()) return ReportError("bench", limit.status());
+    o.cache_limit = *limit;
+  }
   absl::StatusOr<DType> d = ParseDType(dtype);
   if (!d.ok()) return ReportError("bench", d.status());
   o.dtype = *d;
