@@ -100,7 +100,6 @@ struct Call {
 
   // ---- one attempt (reset by Start)
   long status = 0;
-  bool headers_done = false;
   std::string etag;
   std::string request_id;
   std::string content_range;
@@ -130,9 +129,9 @@ struct Verdict {
   bool timeout = false;
 };
 
-// Checks the headers of a 2xx answer to a ranged GET. Returns a non-OK status
-// that stops the transfer; `retryable` is never set here: a server that
-// answers the wrong bytes will do it again.
+// Checks the headers of a 2xx answer to a ranged GET before any byte of the
+// body is kept. A non-OK status stops the transfer for good: a server that
+// answers with the wrong bytes would do it again, so none is retried (N11).
 absl::Status CheckRangedHeaders(Call& c) {
   const uint64_t first = c.WantFirst();
   const uint64_t len = c.WantLen();
@@ -195,7 +194,6 @@ size_t OnHeader(char* data, size_t size, size_t nitems, void* user) {
     size_t sp = line.find(' ');
     c.status =
         sp == std::string_view::npos ? 0 : std::atol(std::string(line.substr(sp + 1, 3)).c_str());
-    c.headers_done = false;
     c.etag.clear();
     c.request_id.clear();
     c.content_range.clear();
@@ -204,7 +202,6 @@ size_t OnHeader(char* data, size_t size, size_t nitems, void* user) {
   }
   if (line.empty()) {
     if (c.status >= 200) {
-      c.headers_done = true;
       if (c.ranged && c.Success()) {
         if (absl::Status s = CheckRangedHeaders(c); !s.ok()) {
           c.abort_reason = std::move(s);
@@ -604,7 +601,6 @@ class S3Client::Impl {
     k.requests.fetch_add(1, std::memory_order_relaxed);
     if (c.attempt > 1) k.retries.fetch_add(1, std::memory_order_relaxed);
     c.status = 0;
-    c.headers_done = false;
     c.etag.clear();
     c.request_id.clear();
     c.content_range.clear();
