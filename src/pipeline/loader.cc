@@ -6,7 +6,10 @@
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -594,6 +597,17 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(const LoaderOptions& opti
   if (options.distribution == plan::Distribution::kSharded) {
     dopt.needed = [rank = options.rank, world = options.world_size](uint64_t s, uint64_t) {
       return s % world == rank;
+    };
+  }
+  if (::isatty(STDERR_FILENO)) {
+    // File mode downloads before the first batch: show how far it got.
+    dopt.progress = [last = std::make_shared<std::atomic<int64_t>>(-1)](uint64_t done,
+                                                                       uint64_t total) {
+      const int64_t pct = total ? static_cast<int64_t>(100 * done / total) : 100;
+      if (last->exchange(pct) == pct) return;
+      std::fprintf(stderr, "\rstoker: downloading shards %3lld%% (%.1f of %.1f MB)%s",
+                   static_cast<long long>(pct), done / 1e6, total / 1e6,
+                   done >= total ? "\n" : "");
     };
   }
   absl::StatusOr<std::unique_ptr<Dataset>> d = Dataset::Open(options.uri, dopt);
