@@ -222,6 +222,30 @@ void CmykToRgb(const uint8_t* cmyk, int width, bool inverted, uint8_t* rgb) {
   }
 }
 
+// Picks the decoder's output: RGB (or gray when keep_gray and the image is
+// gray), or CMYK for CMYK/YCCK images, which the caller converts to RGB
+// (*cmyk set).
+absl::Status SetOutColorSpace(jpeg_decompress_struct* cinfo, bool keep_gray, bool* cmyk) {
+  *cmyk = false;
+  switch (cinfo->jpeg_color_space) {
+    case JCS_GRAYSCALE:
+      cinfo->out_color_space = keep_gray ? JCS_GRAYSCALE : JCS_RGB;
+      return absl::OkStatus();
+    case JCS_YCbCr:
+    case JCS_RGB:
+      cinfo->out_color_space = JCS_RGB;
+      return absl::OkStatus();
+    case JCS_CMYK:
+    case JCS_YCCK:
+      cinfo->out_color_space = JCS_CMYK;
+      *cmyk = true;
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "unsupported JPEG colour space (%d components)", cinfo->num_components));
+  }
+}
+
 }  // namespace
 
 bool LooksLikeJpeg(std::string_view bytes) {
@@ -265,24 +289,7 @@ absl::StatusOr<std::optional<std::string>> ResizeJpegShorterSide(
   const int out_height = width <= height ? longer_out : target;
 
   bool cmyk = false;
-  switch (cinfo.jpeg_color_space) {
-    case JCS_GRAYSCALE:
-      cinfo.out_color_space = JCS_GRAYSCALE;
-      break;
-    case JCS_YCbCr:
-    case JCS_RGB:
-      cinfo.out_color_space = JCS_RGB;
-      break;
-    case JCS_CMYK:
-    case JCS_YCCK:
-      cinfo.out_color_space = JCS_CMYK;
-      cmyk = true;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrFormat("unsupported JPEG colour space (%d components)",
-                          cinfo.num_components));
-  }
+  if (absl::Status s = SetOutColorSpace(&cinfo, /*keep_gray=*/true, &cmyk); !s.ok()) return s;
   const int channels = cinfo.out_color_space == JCS_GRAYSCALE ? 1 : 3;
 
   // The smallest DCT scale n/8 whose output still covers the target, so the
@@ -377,21 +384,8 @@ absl::Status DecodeJpegRegion(std::string_view jpeg, const ImageLimits& limits,
   const int width = static_cast<int>(cinfo.image_width);
   const int height = static_cast<int>(cinfo.image_height);
   bool cmyk = false;
-  switch (cinfo.jpeg_color_space) {
-    case JCS_GRAYSCALE:
-    case JCS_YCbCr:
-    case JCS_RGB:
-      cinfo.out_color_space = JCS_RGB;  // libjpeg-turbo expands gray itself
-      break;
-    case JCS_CMYK:
-    case JCS_YCCK:
-      cinfo.out_color_space = JCS_CMYK;
-      cmyk = true;
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "unsupported JPEG colour space (%d components)", cinfo.num_components));
-  }
+  // RGB out, gray included (libjpeg-turbo expands it itself).
+  if (absl::Status s = SetOutColorSpace(&cinfo, /*keep_gray=*/false, &cmyk); !s.ok()) return s;
   const PixelRect rect = choose_region(JpegInfo{width, height, cinfo.num_components,
                                                 cinfo.progressive_mode != 0});
   if (rect.width <= 0 || rect.height <= 0 || rect.x < 0 || rect.y < 0 ||

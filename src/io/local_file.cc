@@ -10,30 +10,12 @@
 
 #include "util/strings.h"
 #include "io/byte_source.h"
+#include "io/errno_status.h"
 #include "io/writable_file.h"
 
 namespace stoker::io {
 namespace {
 
-absl::Status ErrnoToStatus(int err, std::string_view what, std::string_view path) {
-  std::string msg = stoker::StrCat(what, " ", path, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(msg);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(msg);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(msg);
-    case EISDIR:
-    case EINVAL:
-      return absl::InvalidArgumentError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
 
 class LocalFileSource final : public ByteSource {
  public:

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/errno_status.h"
 #include "util/crc32c.h"
 #include "util/strings.h"
 
@@ -63,26 +64,6 @@ constexpr std::string_view kTempSuffix = ".tmp";
 constexpr size_t kHashHexChars = 32;
 constexpr size_t kIoChunk = size_t{1} << 20;
 
-absl::Status ErrnoStatus(int err, std::string_view what, std::string_view path) {
-  std::string msg = stoker::StrCat(what, " ", path, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(msg);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(msg);
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-      return absl::ResourceExhaustedError(msg);
-    case EISDIR:
-    case EINVAL:
-      return absl::InvalidArgumentError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
 
 void PutU32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
@@ -212,7 +193,7 @@ absl::Status ReadFully(int fd, uint64_t offset, size_t n, char* dst, const std::
     ssize_t r = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
     if (r < 0) {
       if (errno == EINTR) continue;
-      return ErrnoStatus(errno, "cannot read", path);
+      return ErrnoToStatus(errno, "cannot read", path);
     }
     if (r == 0) {
       return absl::DataLossError(stoker::StrCat(path, " ended at offset ", offset + done, " while ",
@@ -228,7 +209,7 @@ absl::Status WriteFully(int fd, std::string_view data, const std::string& path) 
     ssize_t w = ::write(fd, data.data(), data.size());
     if (w < 0) {
       if (errno == EINTR) continue;
-      return ErrnoStatus(errno, "cannot write", path);
+      return ErrnoToStatus(errno, "cannot write", path);
     }
     data.remove_prefix(static_cast<size_t>(w));
   }
@@ -331,7 +312,7 @@ class FillWriter final : public WritableFile {
     }
     buffer_ += EncodeTrailer(key, crc_);
     if (absl::Status s = Flush(); !s.ok()) return s;
-    if (::fsync(fd_) != 0) return ErrnoStatus(errno, "cannot fsync", path_);
+    if (::fsync(fd_) != 0) return ErrnoToStatus(errno, "cannot fsync", path_);
     return absl::OkStatus();
   }
 
@@ -474,15 +455,15 @@ absl::StatusOr<std::shared_ptr<NodeCache>> NodeCache::Open(NodeCacheOptions opti
     fs::create_directories(path.parent_path(), ignored);
   }
   if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-    return ErrnoStatus(errno, "cannot create node cache folder", dir);
+    return ErrnoToStatus(errno, "cannot create node cache folder", dir);
   }
   // Following a symlink here is deliberate (a cache dir on another disk is
   // often a link); the checks below apply to the folder it leads to.
   int dir_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return ErrnoStatus(errno, "cannot open node cache folder", dir);
+  if (dir_fd < 0) return ErrnoToStatus(errno, "cannot open node cache folder", dir);
   FdCloser dir_closer(dir_fd);
   struct stat st;
-  if (::fstat(dir_fd, &st) != 0) return ErrnoStatus(errno, "cannot stat", dir);
+  if (::fstat(dir_fd, &st) != 0) return ErrnoToStatus(errno, "cannot stat", dir);
   // Whoever else can write the folder can plant or swap entries (C5).
   if (st.st_uid != ::geteuid()) {
     return absl::PermissionDeniedError(
@@ -497,9 +478,9 @@ absl::StatusOr<std::shared_ptr<NodeCache>> NodeCache::Open(NodeCacheOptions opti
   int lock_fd = -1;
   for (const char* name : {kKeyLockName, kLockName}) {  // LOCK last: it is kept open
     int fd = ::openat(dir_fd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return ErrnoStatus(errno, "cannot open lock file in", dir);
+    if (fd < 0) return ErrnoToStatus(errno, "cannot open lock file in", dir);
     FdCloser closer(fd);
-    if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "cannot stat lock file in", dir);
+    if (::fstat(fd, &st) != 0) return ErrnoToStatus(errno, "cannot stat lock file in", dir);
     if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
       return absl::PermissionDeniedError(stoker::StrCat(
           "lock file ", dir, "/", name, " is not a regular file of this user; remove it"));
@@ -646,11 +627,11 @@ absl::Status NodeCache::MakeRoom(std::string_view keep) {
   // A fresh descriptor: readdir's position belongs to the open file
   // description, which dir_fd_ must not have moved under it.
   int fd = ::openat(dir_fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "cannot list", options_.dir);
+  if (fd < 0) return ErrnoToStatus(errno, "cannot list", options_.dir);
   DIR* d = ::fdopendir(fd);
   if (d == nullptr) {
     ::close(fd);
-    return ErrnoStatus(errno, "cannot list", options_.dir);
+    return ErrnoToStatus(errno, "cannot list", options_.dir);
   }
   const int64_t now = NowNs();
   const int64_t orphan_ns =
@@ -757,7 +738,7 @@ absl::StatusOr<std::unique_ptr<ByteSource>> NodeCache::FillImpl(
       tmp = stoker::StrCat(hex, ".", file_bytes, ".", ::getpid(), ".", RandomHex(), kTempSuffix);
       fd = ::openat(dir_fd_, tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
       if (fd < 0 && (errno != EEXIST || attempt == 3)) {
-        return ErrnoStatus(errno, "cannot create", PathOf(tmp));
+        return ErrnoToStatus(errno, "cannot create", PathOf(tmp));
       }
     }
     if (absl::Status s = MakeRoom(tmp); !s.ok()) {
@@ -784,7 +765,7 @@ absl::StatusOr<std::unique_ptr<ByteSource>> NodeCache::FillImpl(
   // fallocate fall back to allocating as the bytes arrive.
   if (::fallocate(fd, 0, 0, static_cast<off_t>(file_bytes)) != 0 && errno != EOPNOTSUPP &&
       errno != ENOSYS) {
-    return ErrnoStatus(errno, "cannot reserve space for", tmp_path);
+    return ErrnoToStatus(errno, "cannot reserve space for", tmp_path);
   }
   FillWriter writer(fd, tmp_path, key.size);
   if (absl::Status s = fetch(&writer); !s.ok()) return s;
@@ -803,10 +784,10 @@ absl::StatusOr<std::unique_ptr<ByteSource>> NodeCache::FillImpl(
       lost_race = true;
     } else if (errno == EPERM || errno == EOPNOTSUPP || errno == EMLINK || errno == ENOSYS) {
       if (::renameat(dir_fd_, tmp.c_str(), dir_fd_, name.c_str()) != 0) {
-        return ErrnoStatus(errno, "cannot publish", PathOf(name));
+        return ErrnoToStatus(errno, "cannot publish", PathOf(name));
       }
     } else {
-      return ErrnoStatus(errno, "cannot publish", PathOf(name));
+      return ErrnoToStatus(errno, "cannot publish", PathOf(name));
     }
   }
   if (lost_race) {
@@ -817,7 +798,7 @@ absl::StatusOr<std::unique_ptr<ByteSource>> NodeCache::FillImpl(
     }
     // Theirs was bad and is deleted now; ours replaces whatever is there.
     if (::renameat(dir_fd_, tmp.c_str(), dir_fd_, name.c_str()) != 0) {
-      return ErrnoStatus(errno, "cannot publish", PathOf(name));
+      return ErrnoToStatus(errno, "cannot publish", PathOf(name));
     }
   }
   guard.armed = false;

@@ -14,31 +14,25 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "io/errno_status.h"
 #include "util/crc32c.h"
 #include "util/strings.h"
 
 namespace stoker::io {
 namespace {
 
-absl::Status Errno(std::string_view what, const std::string& path) {
-  const int err = errno;
-  const std::string msg = StrCat(what, " ", path, ": ", std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(msg);
-  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
-  return absl::UnavailableError(msg);
-}
 
 // CRC-32C of a local file, or the error reading it.
 absl::StatusOr<uint32_t> FileCrc(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno("cannot open", path);
+  if (fd < 0) return ErrnoToStatus(errno, "cannot open", path);
   std::vector<char> buf(size_t{4} << 20);
   uint32_t crc = 0;
   for (;;) {
     ssize_t got = ::read(fd, buf.data(), buf.size());
     if (got < 0) {
       if (errno == EINTR) continue;
-      absl::Status s = Errno("cannot read", path);
+      absl::Status s = ErrnoToStatus(errno, "cannot read", path);
       ::close(fd);
       return s;
     }
@@ -54,7 +48,7 @@ absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) 
     ssize_t put = ::write(fd, p, n);
     if (put < 0) {
       if (errno == EINTR) continue;
-      return Errno("cannot write", path);
+      return ErrnoToStatus(errno, "cannot write", path);
     }
     p += put;
     n -= static_cast<size_t>(put);
@@ -67,17 +61,17 @@ absl::StatusOr<uint64_t> DownloadOnce(const ByteSource& src, const std::string& 
                                       const std::string& part, const DownloadOptions& o) {
   const uint64_t total = src.size();
   int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", part);
+  if (fd < 0) return ErrnoToStatus(errno, "cannot create", part);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    absl::Status s = Errno("cannot stat", part);
+    absl::Status s = ErrnoToStatus(errno, "cannot stat", part);
     ::close(fd);
     return s;
   }
   uint64_t done = static_cast<uint64_t>(st.st_size);
   if (done > total) {  // not a prefix of this object: start over
     if (::ftruncate(fd, 0) != 0) {
-      absl::Status s = Errno("cannot truncate", part);
+      absl::Status s = ErrnoToStatus(errno, "cannot truncate", part);
       ::close(fd);
       return s;
     }
@@ -97,8 +91,10 @@ absl::StatusOr<uint64_t> DownloadOnce(const ByteSource& src, const std::string& 
     fetched += n;
     if (o.progress) o.progress(done, total);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) return Errno("cannot flush", part);
-  if (::rename(part.c_str(), path.c_str()) != 0) return Errno("cannot rename to", path);
+  if (::fsync(fd) != 0 || ::close(fd) != 0) return ErrnoToStatus(errno, "cannot flush", part);
+  if (::rename(part.c_str(), path.c_str()) != 0) {
+    return ErrnoToStatus(errno, "cannot rename to", path);
+  }
   return fetched;
 }
 

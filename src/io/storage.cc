@@ -29,43 +29,53 @@ absl::StatusOr<std::shared_ptr<S3Client>> SharedS3Client(const StorageOptions& o
   return *client;
 }
 
-absl::StatusOr<std::unique_ptr<ByteSource>> OpenUri(const std::string& uri,
-                                                    const StorageOptions& options) {
-  if (!IsS3Uri(uri)) return OpenLocalFile(uri);
+namespace {
+
+// The client and location of an s3:// URI.
+struct S3Target {
+  std::shared_ptr<S3Client> client;
+  S3Location loc;
+};
+
+absl::StatusOr<S3Target> ResolveS3(const std::string& uri, const StorageOptions& options) {
   absl::StatusOr<S3Location> loc = ParseS3Uri(uri);
   if (!loc.ok()) return loc.status();
   absl::StatusOr<std::shared_ptr<S3Client>> client = SharedS3Client(options);
   if (!client.ok()) return client.status();
-  return OpenS3Object(*client, loc->bucket, loc->key);
+  return S3Target{*std::move(client), *std::move(loc)};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ByteSource>> OpenUri(const std::string& uri,
+                                                    const StorageOptions& options) {
+  if (!IsS3Uri(uri)) return OpenLocalFile(uri);
+  absl::StatusOr<S3Target> t = ResolveS3(uri, options);
+  if (!t.ok()) return t.status();
+  return OpenS3Object(t->client, t->loc.bucket, t->loc.key);
 }
 
 absl::StatusOr<std::string> ReadUri(const std::string& uri, const StorageOptions& options) {
   if (!IsS3Uri(uri)) return ReadFileToString(uri);
-  absl::StatusOr<S3Location> loc = ParseS3Uri(uri);
-  if (!loc.ok()) return loc.status();
-  absl::StatusOr<std::shared_ptr<S3Client>> client = SharedS3Client(options);
-  if (!client.ok()) return client.status();
-  return (*client)->GetObject(loc->bucket, loc->key);
+  absl::StatusOr<S3Target> t = ResolveS3(uri, options);
+  if (!t.ok()) return t.status();
+  return t->client->GetObject(t->loc.bucket, t->loc.key);
 }
 
 absl::StatusOr<std::unique_ptr<WritableFile>> NewUriWriter(const std::string& uri,
                                                            const StorageOptions& options) {
   if (!IsS3Uri(uri)) return NewLocalWritableFile(uri);
-  absl::StatusOr<S3Location> loc = ParseS3Uri(uri);
-  if (!loc.ok()) return loc.status();
-  absl::StatusOr<std::shared_ptr<S3Client>> client = SharedS3Client(options);
-  if (!client.ok()) return client.status();
-  return NewS3Writer(*client, loc->bucket, loc->key);
+  absl::StatusOr<S3Target> t = ResolveS3(uri, options);
+  if (!t.ok()) return t.status();
+  return NewS3Writer(t->client, t->loc.bucket, t->loc.key);
 }
 
 absl::Status WriteUriAtomically(const std::string& uri, std::string_view data,
                                 const StorageOptions& options) {
   if (!IsS3Uri(uri)) return WriteFileAtomically(uri, data);
-  absl::StatusOr<S3Location> loc = ParseS3Uri(uri);
-  if (!loc.ok()) return loc.status();
-  absl::StatusOr<std::shared_ptr<S3Client>> client = SharedS3Client(options);
-  if (!client.ok()) return client.status();
-  return (*client)->PutObject(loc->bucket, loc->key, data);  // atomic in S3
+  absl::StatusOr<S3Target> t = ResolveS3(uri, options);
+  if (!t.ok()) return t.status();
+  return t->client->PutObject(t->loc.bucket, t->loc.key, data);  // atomic in S3
 }
 
 absl::Status RemoveUri(const std::string& uri, const StorageOptions& options) {
@@ -75,11 +85,9 @@ absl::Status RemoveUri(const std::string& uri, const StorageOptions& options) {
     if (ec) return absl::UnavailableError(StrCat("cannot remove ", uri, ": ", ec.message()));
     return absl::OkStatus();
   }
-  absl::StatusOr<S3Location> loc = ParseS3Uri(uri);
-  if (!loc.ok()) return loc.status();
-  absl::StatusOr<std::shared_ptr<S3Client>> client = SharedS3Client(options);
-  if (!client.ok()) return client.status();
-  absl::Status s = (*client)->DeleteObject(loc->bucket, loc->key);
+  absl::StatusOr<S3Target> t = ResolveS3(uri, options);
+  if (!t.ok()) return t.status();
+  absl::Status s = t->client->DeleteObject(t->loc.bucket, t->loc.key);
   return absl::IsNotFound(s) ? absl::OkStatus() : s;
 }
 
