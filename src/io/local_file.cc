@@ -10,7 +10,7 @@
 
 #include "util/strings.h"
 #include "io/byte_source.h"
-#include "io/errno_status.h"
+#include "io/posix_io.h"
 #include "io/writable_file.h"
 
 namespace stoker::io {
@@ -157,17 +157,7 @@ class LocalWritableFile final : public WritableFile {
     buffer_.clear();
     return s;
   }
-  absl::Status WriteRaw(std::string_view data) {
-    while (!data.empty()) {
-      ssize_t w = ::write(fd_, data.data(), data.size());
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoToStatus(errno, "cannot write", path_);
-      }
-      data.remove_prefix(static_cast<size_t>(w));
-    }
-    return absl::OkStatus();
-  }
+  absl::Status WriteRaw(std::string_view data) { return WriteFully(fd_, data, path_); }
 
   int fd_;
   const std::string tmp_;

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "io/errno_status.h"
+#include "io/posix_io.h"
 #include "util/crc32c.h"
 #include "util/strings.h"
 
@@ -200,18 +200,6 @@ absl::Status ReadFully(int fd, uint64_t offset, size_t n, char* dst, const std::
                                                 n - done, " more bytes were expected"));
     }
     done += static_cast<size_t>(r);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WriteFully(int fd, std::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    ssize_t w = ::write(fd, data.data(), data.size());
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "cannot write", path);
-    }
-    data.remove_prefix(static_cast<size_t>(w));
   }
   return absl::OkStatus();
 }

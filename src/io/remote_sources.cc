@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "io/errno_status.h"
+#include "io/posix_io.h"
 #include "util/crc32c.h"
 #include "util/strings.h"
 
@@ -43,19 +43,6 @@ absl::StatusOr<uint32_t> FileCrc(const std::string& path) {
   return crc;
 }
 
-absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t put = ::write(fd, p, n);
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "cannot write", path);
-    }
-    p += put;
-    n -= static_cast<size_t>(put);
-  }
-  return absl::OkStatus();
-}
-
 // One attempt: resume `part` from its length, then rename it to `path`.
 absl::StatusOr<uint64_t> DownloadOnce(const ByteSource& src, const std::string& path,
                                       const std::string& part, const DownloadOptions& o) {
@@ -82,7 +69,7 @@ absl::StatusOr<uint64_t> DownloadOnce(const ByteSource& src, const std::string& 
   while (done < total) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), total - done));
     absl::Status s = src.ReadAt(done, n, buf.data());
-    if (s.ok()) s = WriteAll(fd, buf.data(), n, part);
+    if (s.ok()) s = WriteFully(fd, std::string_view(buf.data(), n), part);
     if (!s.ok()) {
       ::close(fd);  // the part file stays: the next attempt resumes it
       return s;

@@ -209,19 +209,20 @@ class LoaderImpl final : public Loader {
   }
 
   plan::PlanState state() const override {
+    const plan::PlanOptions po = PlanOpts();
     plan::PlanState st;
     st.fingerprint = dataset_->manifest().fingerprint;
-    st.seed = o_.seed;
+    st.seed = po.seed;
     st.epoch = epoch_;
     st.batches_done = batches_done_;
     st.num_samples = dataset_->size();
-    st.batch_size = o_.batch_size;
-    st.rank = o_.rank;
-    st.world_size = o_.world_size;
-    st.shuffle = o_.shuffle;
-    st.drop_last = o_.drop_last;
-    st.distribution = o_.distribution;
-    st.shuffle_window = o_.shuffle_window;
+    st.batch_size = po.batch_size;
+    st.rank = po.rank;
+    st.world_size = po.world_size;
+    st.shuffle = po.shuffle;
+    st.drop_last = po.drop_last;
+    st.distribution = po.distribution;
+    st.shuffle_window = po.shuffle_window;
     return st;
   }
 
@@ -262,7 +263,8 @@ class LoaderImpl final : public Loader {
   }
 
  private:
-  absl::Status MakePlan() {
+  // The plan's inputs from the options (shard sizes from the manifest).
+  plan::PlanOptions PlanOpts() const {
     plan::PlanOptions po;
     po.seed = o_.seed;
     po.shuffle = o_.shuffle;
@@ -273,6 +275,11 @@ class LoaderImpl final : public Loader {
     po.distribution = o_.distribution;
     po.shuffle_window = o_.shuffle_window;
     for (const ShardInfo& s : dataset_->manifest().shards) po.shard_records.push_back(s.records);
+    return po;
+  }
+
+  absl::Status MakePlan() {
+    const plan::PlanOptions po = PlanOpts();
     absl::StatusOr<plan::EpochPlan> p =
         plan::EpochPlan::Make(dataset_->manifest().fingerprint, dataset_->size(), po, epoch_);
     if (!p.ok()) return p.status();

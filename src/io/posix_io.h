@@ -1,6 +1,9 @@
-// errno to absl::Status, shared by the local-file code of src/io/.
-#ifndef STOKER_IO_ERRNO_STATUS_H_
-#define STOKER_IO_ERRNO_STATUS_H_
+// POSIX helpers shared by the local-file code of src/io/: errno to
+// absl::Status, and a write() loop.
+#ifndef STOKER_IO_POSIX_IO_H_
+#define STOKER_IO_POSIX_IO_H_
+
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -36,6 +39,20 @@ inline absl::Status ErrnoToStatus(int err, std::string_view what, std::string_vi
   }
 }
 
+// Writes all of `data` to fd, retrying short writes and EINTR; errors name
+// `path`.
+inline absl::Status WriteFully(int fd, std::string_view data, std::string_view path) {
+  while (!data.empty()) {
+    const ssize_t w = ::write(fd, data.data(), data.size());
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(errno, "cannot write", path);
+    }
+    data.remove_prefix(static_cast<size_t>(w));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace stoker::io
 
-#endif  // STOKER_IO_ERRNO_STATUS_H_
+#endif  // STOKER_IO_POSIX_IO_H_
