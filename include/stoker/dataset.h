@@ -74,9 +74,12 @@ struct DatasetOptions {
   // largest shard is an error at Open.
   std::string cache_dir;
   uint64_t cache_limit = 0;
-  // kPipe: read-ahead ring per shard being read.
+  // kPipe: a read-ahead ring of pipe_parts x pipe_part_bytes per shard being
+  // read, for at most pipe_active_shards shards at once (the least recently
+  // read one gives its ring back): memory stays under their product.
   size_t pipe_part_bytes = size_t{8} << 20;
   int pipe_parts = 2;
+  int pipe_active_shards = 2;
   // Shards this process will read (sharded distribution); others are only
   // indexed. Default: all.
   std::function<bool(uint64_t shard, uint64_t num_shards)> needed;

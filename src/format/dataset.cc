@@ -254,6 +254,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
     d->remote_->cached.resize(n);
   }
 
+  const std::shared_ptr<io::StreamBudget> stream_budget =
+      mode == InputMode::kPipe ? io::MakeStreamBudget(options.pipe_active_shards) : nullptr;
   // Open every shard (in parallel: each is a HEAD and two small reads on S3).
   std::vector<absl::Status> status(n);
   std::vector<std::unique_ptr<shard::ShardReader>> readers(n);
@@ -299,6 +301,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
       io::StreamingOptions so;
       so.part_bytes = options.pipe_part_bytes;
       so.parts = options.pipe_parts;
+      so.budget = stream_budget;
       *reader = (*reader)->WithSource(io::MakeStreamingSource(src, so));
     } else if (mode == InputMode::kFastFile && needed(s)) {
       absl::StatusOr<io::S3Location> loc = io::ParseS3Uri(path);

@@ -115,6 +115,28 @@ absl::StatusOr<uint64_t> DownloadToLocal(const ByteSource& src, const std::strin
 }
 
 namespace {
+class StreamingSource;
+}  // namespace
+
+class StreamBudget {
+ public:
+  explicit StreamBudget(int max_active) : max_active_(static_cast<size_t>(std::max(1, max_active))) {}
+  // Marks s as just used; may release the least recently used other source.
+  // REQUIRES: the caller holds no source's mutex.
+  void Touch(StreamingSource* s);
+  void Forget(StreamingSource* s);
+
+ private:
+  const size_t max_active_;
+  std::mutex mu_;
+  std::vector<StreamingSource*> active_;  // most recent last; guarded by mu_
+};
+
+std::shared_ptr<StreamBudget> MakeStreamBudget(int max_active_sources) {
+  return std::make_shared<StreamBudget>(max_active_sources);
+}
+
+namespace {
 
 class StreamingSource final : public ByteSource {
  public:
@@ -123,9 +145,11 @@ class StreamingSource final : public ByteSource {
         part_bytes_(std::max<size_t>(1, o.part_bytes)),
         parts_(static_cast<uint64_t>(std::max(1, o.parts))),
         num_parts_((base_->size() + part_bytes_ - 1) / part_bytes_),
+        budget_(std::move(o.budget)),
         reader_([this] { ReadAhead(); }) {}
 
   ~StreamingSource() override {
+    if (budget_) budget_->Forget(this);
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
@@ -141,6 +165,7 @@ class StreamingSource final : public ByteSource {
     }
     if (n == 0) return absl::OkStatus();
     const uint64_t p0 = offset / part_bytes_, p1 = (offset + n - 1) / part_bytes_;
+    if (budget_) budget_->Touch(const_cast<StreamingSource*>(this));
     std::unique_lock<std::mutex> lock(mu_);
     if (p1 - p0 + 1 > parts_ || p0 + parts_ < head_ || p0 > head_ + parts_) {
       // Too big for the ring, far behind it, or far ahead (e.g. the index
@@ -177,6 +202,15 @@ class StreamingSource final : public ByteSource {
   uint64_t size() const override { return base_->size(); }
   const std::string& name() const override { return base_->name(); }
   size_t preferred_read_size() const override { return part_bytes_; }
+
+  // Gives back the ring's memory; the read-ahead idles until the next read.
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = parts_map_.begin(); it != parts_map_.end();) {
+      it = it->second.loading ? std::next(it) : parts_map_.erase(it);
+    }
+    started_ = false;
+  }
 
  private:
   struct Part {
@@ -267,10 +301,31 @@ class StreamingSource final : public ByteSource {
   mutable uint64_t head_ = 0;                   // first part of the ring; guarded by mu_
   bool stop_ = false;                           // guarded by mu_
   mutable bool started_ = false;                // a read used the ring; guarded by mu_
+  const std::shared_ptr<StreamBudget> budget_;
   std::thread reader_;                          // last: starts after the rest is set
 };
 
 }  // namespace
+
+void StreamBudget::Touch(StreamingSource* s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = std::find(active_.begin(), active_.end(), s);
+  if (it != active_.end()) {
+    if (it + 1 == active_.end()) return;  // already the most recent
+    active_.erase(it);
+  }
+  active_.push_back(s);
+  if (active_.size() > max_active_) {
+    StreamingSource* victim = active_.front();
+    active_.erase(active_.begin());
+    victim->Release();  // locks only the victim's mutex
+  }
+}
+
+void StreamBudget::Forget(StreamingSource* s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_.erase(std::remove(active_.begin(), active_.end(), s), active_.end());
+}
 
 std::unique_ptr<ByteSource> MakeStreamingSource(std::shared_ptr<const ByteSource> base,
                                                 StreamingOptions options) {

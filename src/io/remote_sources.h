@@ -39,9 +39,17 @@ struct DownloadOptions {
 absl::StatusOr<uint64_t> DownloadToLocal(const ByteSource& src, const std::string& path,
                                          const DownloadOptions& options = {});
 
+// Caps how many streaming sources hold a ring at once: when one more starts,
+// the one used least recently gives its parts back (and refills if read
+// again). Shared by the shards of one dataset in pipe mode, it bounds memory
+// to max_active * parts * part_bytes however many shards an epoch touches.
+class StreamBudget;
+std::shared_ptr<StreamBudget> MakeStreamBudget(int max_active_sources);
+
 struct StreamingOptions {
   size_t part_bytes = size_t{8} << 20;  // one read from the source
   int parts = 4;                        // parts held: the memory bound is parts * part_bytes
+  std::shared_ptr<StreamBudget> budget;  // optional: shared with other sources
 };
 
 // A source that serves reads from a ring of `parts` consecutive parts of

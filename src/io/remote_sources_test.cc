@@ -178,5 +178,28 @@ TEST(StreamingSource, ErrorsReachTheReaderAndLaterReadsRetry) {
   EXPECT_EQ(buf, data.substr(30000, 10000));
 }
 
+TEST(StreamingSource, BudgetReleasesTheLeastRecentlyUsedRing) {
+  const std::string a_data = RandomBytes(40000, 7), b_data = RandomBytes(40000, 8);
+  std::shared_ptr<const ByteSource> a_mem = MakeMemorySource(a_data, "a");
+  std::shared_ptr<const ByteSource> b_mem = MakeMemorySource(b_data, "b");
+  auto a_count = std::make_shared<CountingSource>(a_mem.get());
+  auto b_count = std::make_shared<CountingSource>(b_mem.get());
+  StreamingOptions o;
+  o.part_bytes = 10000;
+  o.parts = 2;
+  o.budget = MakeStreamBudget(1);
+  auto a = MakeStreamingSource(a_count, o);
+  auto b = MakeStreamingSource(b_count, o);
+  std::string buf(100, '\0');
+  ASSERT_TRUE(a->ReadAt(0, 100, buf.data()).ok());
+  ASSERT_TRUE(a->ReadAt(100, 100, buf.data()).ok());
+  const uint64_t a_reads = a_count->reads.load();
+  ASSERT_TRUE(b->ReadAt(0, 100, buf.data()).ok());  // releases a's ring
+  EXPECT_EQ(buf, b_data.substr(0, 100));
+  ASSERT_TRUE(a->ReadAt(200, 100, buf.data()).ok());  // a refills part 0
+  EXPECT_EQ(buf, a_data.substr(200, 100));
+  EXPECT_GT(a_count->reads.load(), a_reads);
+}
+
 }  // namespace
 }  // namespace stoker::io
