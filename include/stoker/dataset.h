@@ -74,6 +74,8 @@ struct DatasetOptions {
   // largest shard is an error at Open.
   std::string cache_dir;
   uint64_t cache_limit = 0;
+  // kFastFile: shards fetched ahead in plan order at once.
+  int fastfile_parallel_fetches = 8;
   // kPipe: a read-ahead ring of pipe_parts x pipe_part_bytes per shard being
   // read, for at most pipe_active_shards shards at once (the least recently
   // read one gives its ring back): memory stays under their product.

@@ -315,12 +315,20 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
     readers[s] = std::move(*reader);
     return absl::OkStatus();
   };
-  const int parallel = mode == InputMode::kAuto ? 1 : 8;
-  tbb::task_arena arena(parallel);
-  arena.execute([&] {
-    tbb::parallel_for(uint64_t{0}, static_cast<uint64_t>(n),
-                      [&](uint64_t s) { status[s] = open_one(s); });
-  });
+  if (mode == InputMode::kAuto) {
+    for (uint64_t s = 0; s < n; ++s) status[s] = open_one(s);
+  } else {
+    // Waiting on the network, not the CPU: plain threads (TBB would cap
+    // them at the core count), 16 requests in flight.
+    std::atomic<uint64_t> next{0};
+    std::vector<std::thread> openers;
+    for (uint64_t t = 0; t < std::min<uint64_t>(n, 16); ++t) {
+      openers.emplace_back([&] {
+        for (uint64_t s = next++; s < n; s = next++) status[s] = open_one(s);
+      });
+    }
+    for (std::thread& t : openers) t.join();
+  }
   for (const absl::Status& s : status) {
     if (!s.ok()) return s;
   }
@@ -331,7 +339,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
     d->readers_.push_back(std::move(readers[s]));
   }
   if (mode == InputMode::kFastFile) {
-    for (int t = 0; t < 2; ++t) {
+    // Shards fetched ahead at once: each is one connection's worth of
+    // bandwidth on a store that caps connections, as S3 does.
+    for (int t = 0; t < options.fastfile_parallel_fetches; ++t) {
       d->remote_->threads.emplace_back([r = d->remote_.get()] { r->Prefetcher(); });
     }
   }
