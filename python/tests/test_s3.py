@@ -149,3 +149,15 @@ def test_file_mode_resumes_and_pipe_shuffles_by_window(s3_dataset, tmp_path):
 def test_missing_dataset_is_not_found(s3):
     with pytest.raises(FileNotFoundError, match="s3://data/nothing"):
         stoker.inspect("s3://data/nothing")
+
+
+def test_pipe_with_shuffle_streams_each_shard_about_once(s3_dataset, mini_dataset):
+    # The default shuffle window (1,024) spans every shard of this small
+    # dataset: rings must be kept for all of them, not fetched again and again.
+    loader = stoker.Loader(s3_dataset, mode="pipe", batch_size=10, decode="raw",
+                           output="numpy", seed=4)
+    payloads = [p for batch, _ in loader for p in batch]
+    want = sorted(rec.payload for rec in stoker.Dataset(mini_dataset))
+    assert sorted(payloads) == want  # every sample once
+    total = stoker.inspect(s3_dataset)["bytes"]
+    assert loader.stats()["bytes_downloaded"] <= 1.5 * total

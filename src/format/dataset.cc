@@ -175,12 +175,46 @@ class CachedShard final : public io::ByteSource {
   mutable bool fallback_ = false;                  // guarded by mu_
 };
 
+// Adds the bytes read through it to a counter (pipe mode's downloads).
+class CountingSource final : public io::ByteSource {
+ public:
+  CountingSource(std::shared_ptr<const io::ByteSource> base, std::atomic<uint64_t>* bytes)
+      : base_(std::move(base)), bytes_(bytes) {}
+  absl::Status ReadAt(uint64_t offset, size_t n, char* dst) const override {
+    absl::Status s = base_->ReadAt(offset, n, dst);
+    if (s.ok()) *bytes_ += n;
+    return s;
+  }
+  uint64_t size() const override { return base_->size(); }
+  const std::string& name() const override { return base_->name(); }
+  size_t preferred_read_size() const override { return base_->preferred_read_size(); }
+  std::string version() const override { return base_->version(); }
+
+ private:
+  const std::shared_ptr<const io::ByteSource> base_;
+  std::atomic<uint64_t>* const bytes_;
+};
+
 }  // namespace
 
 struct Dataset::Remote {
   std::shared_ptr<io::NodeCache> cache;
   std::vector<std::shared_ptr<CachedShard>> cached;  // fastfile: per shard, else empty
+  std::vector<std::shared_ptr<io::StreamingByteSource>> streams;  // pipe: per shard
   std::atomic<uint64_t> downloaded{0};
+
+  // Pipe: when a shard is first read, start streaming the one the plan
+  // reads after it, so the next shard's first parts are there in time.
+  void WarmNext(uint64_t s) {
+    std::shared_ptr<io::StreamingByteSource> next_stream;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (s >= position.size() || position[s] + 1 >= order.size()) return;
+      next_stream = streams[order[position[s] + 1]];
+    }
+    if (next_stream) next_stream->Warm();
+  }
+  std::vector<size_t> position;  // pipe: index of each shard in `order`; guarded by mu
 
   // Read-ahead along the plan: threads fetch cached[order[next++]].
   std::mutex mu;
@@ -254,8 +288,22 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
     d->remote_->cached.resize(n);
   }
 
-  const std::shared_ptr<io::StreamBudget> stream_budget =
-      mode == InputMode::kPipe ? io::MakeStreamBudget(options.pipe_active_shards) : nullptr;
+  // Pipe: rings for the shards a shuffle window spans at once, plus the one
+  // being started ahead; fewer would evict a ring still in use and fetch
+  // its shard again and again.
+  std::shared_ptr<io::StreamBudget> stream_budget;
+  if (mode == InputMode::kPipe) {
+    uint64_t fewest = UINT64_MAX;
+    for (const ShardInfo& info : d->manifest_.shards) {
+      if (info.records > 0) fewest = std::min(fewest, info.records);
+    }
+    const uint64_t spanned =
+        fewest == UINT64_MAX ? 1 : (options.pipe_window_samples + fewest - 1) / fewest + 1;
+    const int active = static_cast<int>(
+        std::max<uint64_t>(options.pipe_active_shards, std::min<uint64_t>(spanned + 1, n)));
+    stream_budget = io::MakeStreamBudget(active);
+    d->remote_->streams.resize(n);
+  }
   // Open every shard (in parallel: each is a HEAD and two small reads on S3).
   std::vector<absl::Status> status(n);
   std::vector<std::unique_ptr<shard::ShardReader>> readers(n);
@@ -302,7 +350,11 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
       so.part_bytes = options.pipe_part_bytes;
       so.parts = options.pipe_parts;
       so.budget = stream_budget;
-      *reader = (*reader)->WithSource(io::MakeStreamingSource(src, so));
+      so.on_first_read = [remote = d->remote_.get(), s] { remote->WarmNext(s); };
+      auto counted = std::make_shared<CountingSource>(src, &d->remote_->downloaded);
+      std::shared_ptr<io::StreamingByteSource> stream = io::MakeStreamingSource(counted, so);
+      d->remote_->streams[s] = stream;
+      *reader = (*reader)->WithSource(std::move(stream));
     } else if (mode == InputMode::kFastFile && needed(s)) {
       absl::StatusOr<io::S3Location> loc = io::ParseS3Uri(path);
       if (!loc.ok()) return loc.status();
@@ -349,6 +401,16 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
 }
 
 void Dataset::Prefetch(std::vector<uint64_t> shard_order) const {
+  if (remote_ && !remote_->streams.empty()) {  // pipe: remember the order
+    std::lock_guard<std::mutex> lock(remote_->mu);
+    remote_->position.assign(remote_->streams.size(), SIZE_MAX);
+    for (size_t i = 0; i < shard_order.size(); ++i) {
+      if (shard_order[i] < remote_->position.size()) remote_->position[shard_order[i]] = i;
+    }
+    remote_->order = std::move(shard_order);
+    remote_->next = remote_->order.size();  // nothing for the fetch threads
+    return;
+  }
   if (!remote_ || remote_->cached.empty()) return;
   std::vector<uint64_t> order;
   for (uint64_t s : shard_order) {

@@ -1,15 +1,18 @@
 #include "io/remote_sources.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -115,7 +118,34 @@ absl::StatusOr<uint64_t> DownloadToLocal(const ByteSource& src, const std::strin
 }
 
 namespace {
+
 class StreamingSource;
+
+// A part's bytes in their own anonymous mapping, returned to the kernel when
+// freed. (glibc raises its mmap threshold after the first large free, and
+// then keeps freed multi-MiB parts in its arenas: the ring's memory bound
+// would hold for live parts only, not for the process.)
+class PartBuffer {
+ public:
+  explicit PartBuffer(size_t n) : size_(n) {
+    if (n == 0) return;
+    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    data_ = static_cast<char*>(p);
+  }
+  ~PartBuffer() {
+    if (data_ != nullptr) ::munmap(data_, size_);
+  }
+  PartBuffer(const PartBuffer&) = delete;
+  PartBuffer& operator=(const PartBuffer&) = delete;
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t size_;
+};
+
 }  // namespace
 
 class StreamBudget {
@@ -138,7 +168,7 @@ std::shared_ptr<StreamBudget> MakeStreamBudget(int max_active_sources) {
 
 namespace {
 
-class StreamingSource final : public ByteSource {
+class StreamingSource final : public StreamingByteSource {
  public:
   StreamingSource(std::shared_ptr<const ByteSource> base, StreamingOptions o)
       : base_(std::move(base)),
@@ -146,6 +176,7 @@ class StreamingSource final : public ByteSource {
         parts_(static_cast<uint64_t>(std::max(1, o.parts))),
         num_parts_((base_->size() + part_bytes_ - 1) / part_bytes_),
         budget_(std::move(o.budget)),
+        on_first_read_(std::move(o.on_first_read)),
         reader_([this] { ReadAhead(); }) {}
 
   ~StreamingSource() override {
@@ -166,6 +197,7 @@ class StreamingSource final : public ByteSource {
     if (n == 0) return absl::OkStatus();
     const uint64_t p0 = offset / part_bytes_, p1 = (offset + n - 1) / part_bytes_;
     if (budget_) budget_->Touch(const_cast<StreamingSource*>(this));
+    if (on_first_read_ && !first_read_seen_.exchange(true)) on_first_read_();
     std::unique_lock<std::mutex> lock(mu_);
     if (p1 - p0 + 1 > parts_ || p0 + parts_ < head_ || p0 > head_ + parts_) {
       // Too big for the ring, far behind it, or far ahead (e.g. the index
@@ -192,7 +224,7 @@ class StreamingSource final : public ByteSource {
         if (!s.ok()) return s;
         continue;
       }
-      absl::StatusOr<std::shared_ptr<const std::string>> part = GetPart(p, lock);
+      absl::StatusOr<std::shared_ptr<const PartBuffer>> part = GetPart(p, lock);
       if (!part.ok()) return part.status();
       std::memcpy(dst + (from - offset), (*part)->data() + (from - part_start), to - from);
     }
@@ -202,6 +234,16 @@ class StreamingSource final : public ByteSource {
   uint64_t size() const override { return base_->size(); }
   const std::string& name() const override { return base_->name(); }
   size_t preferred_read_size() const override { return part_bytes_; }
+
+  // Starts the read-ahead before the first read (the next shard of a plan).
+  void Warm() override {
+    if (budget_) budget_->Touch(this);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      started_ = true;
+    }
+    cv_.notify_all();
+  }
 
   // Gives back the ring's memory; the read-ahead idles until the next read.
   void Release() {
@@ -216,7 +258,7 @@ class StreamingSource final : public ByteSource {
   struct Part {
     bool loading = false;
     absl::Status status;
-    std::shared_ptr<const std::string> data;
+    std::shared_ptr<const PartBuffer> data;
   };
 
   uint64_t PartSize(uint64_t p) const {
@@ -225,16 +267,16 @@ class StreamingSource final : public ByteSource {
 
   // Returns part p, loading it on this thread unless another one already is.
   // REQUIRES: lock held on mu_.
-  absl::StatusOr<std::shared_ptr<const std::string>> GetPart(
+  absl::StatusOr<std::shared_ptr<const PartBuffer>> GetPart(
       uint64_t p, std::unique_lock<std::mutex>& lock) const {
     for (;;) {
       if (p < head_) {  // another reader moved the ring past p: read it alone
         lock.unlock();
-        auto data = std::make_shared<std::string>(PartSize(p), '\0');
+        auto data = std::make_shared<PartBuffer>(PartSize(p));
         absl::Status s = base_->ReadAt(p * part_bytes_, data->size(), data->data());
         lock.lock();
         if (!s.ok()) return s;
-        return std::shared_ptr<const std::string>(std::move(data));
+        return std::shared_ptr<const PartBuffer>(std::move(data));
       }
       auto it = parts_map_.find(p);
       if (it == parts_map_.end()) {
@@ -258,7 +300,7 @@ class StreamingSource final : public ByteSource {
   void Load(uint64_t p, std::unique_lock<std::mutex>& lock) const {
     parts_map_[p].loading = true;
     lock.unlock();
-    auto data = std::make_shared<std::string>(PartSize(p), '\0');
+    auto data = std::make_shared<PartBuffer>(PartSize(p));
     absl::Status s = base_->ReadAt(p * part_bytes_, data->size(), data->data());
     lock.lock();
     auto it = parts_map_.find(p);
@@ -302,6 +344,8 @@ class StreamingSource final : public ByteSource {
   bool stop_ = false;                           // guarded by mu_
   mutable bool started_ = false;                // a read used the ring; guarded by mu_
   const std::shared_ptr<StreamBudget> budget_;
+  const std::function<void()> on_first_read_;
+  mutable std::atomic<bool> first_read_seen_{false};
   std::thread reader_;                          // last: starts after the rest is set
 };
 
@@ -327,8 +371,8 @@ void StreamBudget::Forget(StreamingSource* s) {
   active_.erase(std::remove(active_.begin(), active_.end(), s), active_.end());
 }
 
-std::unique_ptr<ByteSource> MakeStreamingSource(std::shared_ptr<const ByteSource> base,
-                                                StreamingOptions options) {
+std::unique_ptr<StreamingByteSource> MakeStreamingSource(
+    std::shared_ptr<const ByteSource> base, StreamingOptions options) {
   return std::make_unique<StreamingSource>(std::move(base), options);
 }
 

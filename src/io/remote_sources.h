@@ -50,6 +50,15 @@ struct StreamingOptions {
   size_t part_bytes = size_t{8} << 20;  // one read from the source
   int parts = 4;                        // parts held: the memory bound is parts * part_bytes
   std::shared_ptr<StreamBudget> budget;  // optional: shared with other sources
+  // Called once, on the first read (not on Warm), before it is served.
+  std::function<void()> on_first_read;
+};
+
+// A streaming source whose read-ahead can be started before its first read.
+class StreamingByteSource : public ByteSource {
+ public:
+  // Starts filling the ring now (and counts as in use for the budget).
+  virtual void Warm() = 0;
 };
 
 // A source that serves reads from a ring of `parts` consecutive parts of
@@ -62,8 +71,8 @@ struct StreamingOptions {
 // part_bytes plus the bytes of direct reads in flight.
 //
 // Thread-safety: safe for concurrent use; reads are served in any order.
-std::unique_ptr<ByteSource> MakeStreamingSource(std::shared_ptr<const ByteSource> base,
-                                                StreamingOptions options = {});
+std::unique_ptr<StreamingByteSource> MakeStreamingSource(
+    std::shared_ptr<const ByteSource> base, StreamingOptions options = {});
 
 }  // namespace stoker::io
 

@@ -600,6 +600,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(const LoaderOptions& opti
   dopt.local_dir = options.local_dir;
   dopt.cache_dir = options.cache_dir;
   dopt.cache_limit = options.cache_limit;
+  dopt.pipe_window_samples = options.shuffle_window;
   dopt.storage.endpoint_url = options.endpoint_url;
   if (options.distribution == plan::Distribution::kSharded) {
     dopt.needed = [rank = options.rank, world = options.world_size](uint64_t s, uint64_t) {
