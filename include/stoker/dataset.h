@@ -77,16 +77,17 @@ struct DatasetOptions {
   // kFastFile: shards fetched ahead in plan order at once.
   int fastfile_parallel_fetches = 8;
   // kPipe: a read-ahead ring of pipe_parts x pipe_part_bytes per shard being
-  // read, for at most max(pipe_active_shards, pipe_window_samples / fewest
-  // records in a shard + 3) shards at once (the least recently read one gives its ring back), the
-  // next shard of the plan started when one is first read: memory stays
-  // under their product.
+  // read, for the shards a shuffle block spans (+1) plus pipe_warm_ahead
+  // started ahead (at least pipe_active_shards; the least recently read one
+  // gives its ring back): memory stays under their product.
   size_t pipe_part_bytes = size_t{8} << 20;
   int pipe_parts = 2;
   int pipe_active_shards = 2;
-  // The loader's shuffle window: rings are kept for as many shards as it
-  // spans (plus one started ahead) when that exceeds pipe_active_shards.
+  // The loader's shuffle block (LoaderOptions::shuffle_window), in samples.
   uint64_t pipe_window_samples = 0;
+  // Shards of the plan started streaming ahead of the one being read (each
+  // a connection's worth of bandwidth and a ring of memory).
+  int pipe_warm_ahead = 2;
   // Shards this process will read (sharded distribution); others are only
   // indexed. Default: all.
   std::function<bool(uint64_t shard, uint64_t num_shards)> needed;

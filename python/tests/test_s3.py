@@ -151,11 +151,13 @@ def test_missing_dataset_is_not_found(s3):
         stoker.inspect("s3://data/nothing")
 
 
-def test_pipe_with_shuffle_streams_each_shard_about_once(s3_dataset, mini_dataset):
+@pytest.mark.parametrize("window", [None, 20])
+def test_pipe_with_shuffle_streams_each_shard_about_once(window, s3_dataset, mini_dataset):
     # The default shuffle window (1,024) spans every shard of this small
-    # dataset: rings must be kept for all of them, not fetched again and again.
+    # dataset; a window of 20 spans a few of its ~10-record shards at a time,
+    # so rings come and go. Either way no shard may be fetched again and again.
     loader = stoker.Loader(s3_dataset, mode="pipe", batch_size=10, decode="raw",
-                           output="numpy", seed=4)
+                           output="numpy", seed=4, shuffle_window=window)
     payloads = [p for batch, _ in loader for p in batch]
     want = sorted(rec.payload for rec in stoker.Dataset(mini_dataset))
     assert sorted(payloads) == want  # every sample once

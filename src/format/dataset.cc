@@ -206,14 +206,20 @@ struct Dataset::Remote {
   // Pipe: when a shard is first read, start streaming the one the plan
   // reads after it, so the next shard's first parts are there in time.
   void WarmNext(uint64_t s) {
-    std::shared_ptr<io::StreamingByteSource> next_stream;
+    std::vector<std::shared_ptr<io::StreamingByteSource>> ahead;
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (s >= position.size() || position[s] + 1 >= order.size()) return;
-      next_stream = streams[order[position[s] + 1]];
+      if (s >= position.size() || position[s] >= order.size()) return;
+      for (size_t i = position[s] + 1; i < order.size() && ahead.size() < warm_ahead; ++i) {
+        ahead.push_back(streams[order[i]]);
+      }
     }
-    if (next_stream) next_stream->Warm();
+    for (auto& stream : ahead) {
+      if (stream) stream->Warm();
+    }
   }
+  size_t warm_ahead = 1;         // pipe: shards started ahead of the one read
+
   std::vector<size_t> position;  // pipe: index of each shard in `order`; guarded by mu
 
   // Read-ahead along the plan: threads fetch cached[order[next++]].
@@ -297,12 +303,16 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
     for (const ShardInfo& info : d->manifest_.shards) {
       if (info.records > 0) fewest = std::min(fewest, info.records);
     }
+    // A block of the shuffle spans at most ceil(window / fewest) + 1 shards,
+    // one more is touched at a block boundary; plus those started ahead.
     const uint64_t spanned =
-        fewest == UINT64_MAX ? 1 : (options.pipe_window_samples + fewest - 1) / fewest + 1;
-    const int active = static_cast<int>(
-        std::max<uint64_t>(options.pipe_active_shards, std::min<uint64_t>(spanned + 1, n)));
+        fewest == UINT64_MAX ? 1 : (options.pipe_window_samples + fewest - 1) / fewest + 2;
+    const int active = static_cast<int>(std::max<uint64_t>(
+        options.pipe_active_shards,
+        std::min<uint64_t>(spanned + static_cast<uint64_t>(options.pipe_warm_ahead), n)));
     stream_budget = io::MakeStreamBudget(active);
     d->remote_->streams.resize(n);
+    d->remote_->warm_ahead = static_cast<size_t>(std::max(0, options.pipe_warm_ahead));
   }
   // Open every shard (in parallel: each is a HEAD and two small reads on S3).
   std::vector<absl::Status> status(n);

@@ -93,28 +93,29 @@ absl::StatusOr<EpochPlan> EpochPlan::Make(const std::string& fingerprint, uint64
         std::swap(shards[i - 1], shards[rng.Below(i)]);
       }
     }
-    std::vector<uint64_t> window;
+    // Block shuffle: the stream is cut into consecutive blocks of
+    // shuffle_window samples and each block is permuted. A sample moves
+    // fewer than shuffle_window places either way, and a block spans a
+    // bounded number of shards, so a streaming reader needs only the shards
+    // of about one block at a time (a reservoir-style buffer would let
+    // stragglers of long-finished shards come out at any later time).
+    std::vector<uint64_t> block;
+    auto flush = [&] {
+      for (uint64_t i = block.size(); i > 1; --i) std::swap(block[i - 1], block[rng.Below(i)]);
+      ids.insert(ids.end(), block.begin(), block.end());
+      block.clear();
+    };
     for (uint64_t s : shards) {
       for (uint64_t i = first[s]; i < first[s + 1]; ++i) {
         if (!o.shuffle) {
           ids.push_back(i);
           continue;
         }
-        window.push_back(i);
-        if (window.size() == o.shuffle_window) {  // emit one, at random
-          const uint64_t k = rng.Below(window.size());
-          ids.push_back(window[k]);
-          window[k] = window.back();
-          window.pop_back();
-        }
+        block.push_back(i);
+        if (block.size() == o.shuffle_window) flush();
       }
     }
-    while (!window.empty()) {
-      const uint64_t k = rng.Below(window.size());
-      ids.push_back(window[k]);
-      window[k] = window.back();
-      window.pop_back();
-    }
+    flush();
     return ids;
   };
 

@@ -36,9 +36,10 @@ struct PlanOptions {
   std::vector<uint64_t> shard_records;
   // 0: one global permutation (random access: local files, fastfile).
   // > 0 (streaming, pipe mode): shards in a seeded order, each read front to
-  // back, through a shuffle buffer of this many samples, as tf.data's
-  // shuffle(buffer_size): a sample moves at most ~window places earlier and
-  // samples of one shard stay close together.
+  // back, the stream cut into blocks of this many samples, each block
+  // shuffled: a sample moves fewer than `window` places either way, samples
+  // of one shard stay close together, and a reader needs the shards of about
+  // one block at a time.
   uint64_t shuffle_window = 0;
 };
 
