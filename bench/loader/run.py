@@ -56,7 +56,6 @@ import io
 import json
 import math
 import os
-import platform
 import random
 import resource
 import shutil
@@ -68,6 +67,9 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchlib import describe_machine  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared/datasets/clothing-small"
 DEFAULT_STOKER_PYTHON = Path(__file__).resolve().parents[2] / ".venv/bin/python"
@@ -462,19 +464,6 @@ def run_worker(python: Path, spec: dict) -> dict:
     return result
 
 
-def describe_machine() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as info:
-            model = next(line.split(":", 1)[1].strip() for line in info
-                         if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{model}, {cores()} cores, {memory_gib:.0f} GiB, "
-            f"{platform.system()} {platform.release()}, Python {platform.python_version()}")
-
-
 def config_label(run: dict) -> str:
     if "workers" in run:
         return f"workers={run['workers']}"
@@ -645,7 +634,7 @@ def main() -> None:
                                                        f"with {stoker_python}: {why}"})
             peers.remove("stoker")
 
-    print(f"machine: {describe_machine()}")
+    print(f"machine: {describe_machine(cores())}")
     print(f"data: {args.data}, {len(images)} of {total} JPEGs; batch {args.batch_size}, "
           f"{IMAGE_SIZE}x{IMAGE_SIZE} uint8 NCHW; {args.epochs} timed epoch(s) after "
           f"{WARMUP_BATCHES} warm-up batches")
@@ -675,7 +664,7 @@ def main() -> None:
     summary = report(runs)
     if args.json:
         document = {
-            "machine": describe_machine(), "cores": cores(), "data": str(args.data),
+            "machine": describe_machine(cores()), "cores": cores(), "data": str(args.data),
             "images": len(images), "images_in_data": total, "quick": args.quick,
             "batch_size": args.batch_size, "epochs": args.epochs,
             "warmup_batches": WARMUP_BATCHES, "image_size": IMAGE_SIZE,

@@ -60,7 +60,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import signal
@@ -74,6 +73,9 @@ import urllib.request
 import warnings
 from pathlib import Path
 from typing import Any, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchlib import describe_machine  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -168,19 +170,6 @@ def describe_stoker(stoker) -> dict:
     except (OSError, subprocess.SubprocessError):
         pass
     return info
-
-
-def describe_machine() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as info:
-            model = next(line.split(":", 1)[1].strip() for line in info
-                         if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{model}, {os.cpu_count()} cores, {memory_gib:.0f} GiB, "
-            f"{platform.system()} {platform.release()}, Python {platform.python_version()}")
 
 
 def mb(n: float) -> str:

@@ -29,21 +29,7 @@ class LocalFileSource final : public ByteSource {
                                                 " is past the end of ", path_, " (",
                                                 size_, " bytes)"));
     }
-    size_t done = 0;
-    while (done < n) {
-      ssize_t r = ::pread(fd_, dst + done, n - done, static_cast<off_t>(offset + done));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoToStatus(errno, "cannot read", path_);
-      }
-      if (r == 0) {
-        return absl::DataLossError(stoker::StrCat(path_, " ended at offset ", offset + done,
-                                                " while ", n - done,
-                                                " more bytes were expected (file shrank?)"));
-      }
-      done += static_cast<size_t>(r);
-    }
-    return absl::OkStatus();
+    return ReadFully(fd_, offset, n, dst, path_);
   }
   uint64_t size() const override { return size_; }
   const std::string& name() const override { return path_; }

@@ -186,24 +186,6 @@ void Touch(int fd) {
   (void)::futimens(fd, times);
 }
 
-// pread of exactly n bytes; a file that ends early is DataLoss.
-absl::Status ReadFully(int fd, uint64_t offset, size_t n, char* dst, const std::string& path) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "cannot read", path);
-    }
-    if (r == 0) {
-      return absl::DataLossError(stoker::StrCat(path, " ended at offset ", offset + done, " while ",
-                                                n - done, " more bytes were expected"));
-    }
-    done += static_cast<size_t>(r);
-  }
-  return absl::OkStatus();
-}
-
 std::string RandomHex() {
   // Seeded per thread; a forked child may repeat its parent's sequence, which
   // the pid in the temporary name and O_EXCL make harmless.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -37,6 +38,27 @@ inline absl::Status ErrnoToStatus(int err, std::string_view what, std::string_vi
     default:
       return absl::InternalError(msg);
   }
+}
+
+// Reads exactly n bytes at `offset` with pread, retrying short reads and
+// EINTR; a file that ends early is DataLoss. Errors name `path`.
+inline absl::Status ReadFully(int fd, uint64_t offset, size_t n, char* dst,
+                              std::string_view path) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(errno, "cannot read", path);
+    }
+    if (r == 0) {
+      return absl::DataLossError(stoker::StrCat(path, " ended at offset ", offset + done,
+                                                " while ", n - done,
+                                                " more bytes were expected (file shrank?)"));
+    }
+    done += static_cast<size_t>(r);
+  }
+  return absl::OkStatus();
 }
 
 // Writes all of `data` to fd, retrying short writes and EINTR; errors name
