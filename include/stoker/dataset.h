@@ -74,8 +74,9 @@ struct DatasetOptions {
   // largest shard is an error at Open.
   std::string cache_dir;
   uint64_t cache_limit = 0;
-  // kFastFile: shards fetched ahead in plan order at once.
-  int fastfile_parallel_fetches = 8;
+  // kFastFile: shards fetched ahead in plan order at once (each on its own
+  // connection: object stores cap bandwidth per connection).
+  int fastfile_parallel_fetches = 16;
   // kPipe: a read-ahead ring of pipe_parts x pipe_part_bytes per shard being
   // read, for the shards a shuffle block spans (+1) plus pipe_warm_ahead
   // started ahead (at least pipe_active_shards; the least recently read one
@@ -87,7 +88,7 @@ struct DatasetOptions {
   uint64_t pipe_window_samples = 0;
   // Shards of the plan started streaming ahead of the one being read (each
   // a connection's worth of bandwidth and a ring of memory).
-  int pipe_warm_ahead = 2;
+  int pipe_warm_ahead = 4;
   // Shards this process will read (sharded distribution); others are only
   // indexed. Default: all.
   std::function<bool(uint64_t shard, uint64_t num_shards)> needed;
