@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -46,6 +47,12 @@ class ByteSource {
 // Opens a local file for reading. Returns NotFound naming the path if it does
 // not exist, PermissionDenied if it cannot be opened.
 absl::StatusOr<std::unique_ptr<ByteSource>> OpenLocalFile(const std::string& path);
+
+// A source over the first `size` bytes of an open file descriptor, which it
+// owns and closes; then calls `on_close` if set. Reads are preads of exactly
+// the bytes asked for (a file that ends early is DataLoss naming `name`).
+std::unique_ptr<ByteSource> MakeFdSource(int fd, uint64_t size, std::string name,
+                                         std::function<void()> on_close = {});
 
 // A source over bytes held in memory; `name` appears in errors. Tests use it
 // to feed truncated or corrupted shards to readers.

@@ -19,9 +19,12 @@ namespace {
 
 class LocalFileSource final : public ByteSource {
  public:
-  LocalFileSource(int fd, uint64_t size, std::string path)
-      : fd_(fd), size_(size), path_(std::move(path)) {}
-  ~LocalFileSource() override { ::close(fd_); }
+  LocalFileSource(int fd, uint64_t size, std::string path, std::function<void()> on_close)
+      : fd_(fd), size_(size), path_(std::move(path)), on_close_(std::move(on_close)) {}
+  ~LocalFileSource() override {
+    ::close(fd_);
+    if (on_close_) on_close_();
+  }
 
   absl::Status ReadAt(uint64_t offset, size_t n, char* dst) const override {
     if (offset > size_ || n > size_ - offset) {
@@ -38,6 +41,7 @@ class LocalFileSource final : public ByteSource {
   const int fd_;
   const uint64_t size_;
   const std::string path_;
+  const std::function<void()> on_close_;
 };
 
 class MemorySource final : public ByteSource {
@@ -155,6 +159,11 @@ class LocalWritableFile final : public WritableFile {
 
 }  // namespace
 
+std::unique_ptr<ByteSource> MakeFdSource(int fd, uint64_t size, std::string name,
+                                         std::function<void()> on_close) {
+  return std::make_unique<LocalFileSource>(fd, size, std::move(name), std::move(on_close));
+}
+
 absl::StatusOr<std::unique_ptr<ByteSource>> OpenLocalFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, "cannot open", path);
@@ -168,7 +177,7 @@ absl::StatusOr<std::unique_ptr<ByteSource>> OpenLocalFile(const std::string& pat
     ::close(fd);
     return absl::InvalidArgumentError(stoker::StrCat(path, " is a folder, not a file"));
   }
-  return std::make_unique<LocalFileSource>(fd, static_cast<uint64_t>(st.st_size), path);
+  return MakeFdSource(fd, static_cast<uint64_t>(st.st_size), path);
 }
 
 std::unique_ptr<ByteSource> MakeMemorySource(std::string bytes, std::string name) {

@@ -359,34 +359,6 @@ class ABSL_SCOPED_LOCKABLE NodeCache::DirLock {
 
 namespace {
 
-// A cached object: the open entry, of which it exposes the content only.
-class CacheEntrySource final : public ByteSource {
- public:
-  CacheEntrySource(int fd, uint64_t size, std::string path, std::function<void()> on_close)
-      : fd_(fd), size_(size), path_(std::move(path)), on_close_(std::move(on_close)) {}
-  ~CacheEntrySource() override {
-    ::close(fd_);
-    on_close_();
-  }
-
-  absl::Status ReadAt(uint64_t offset, size_t n, char* dst) const override {
-    if (offset > size_ || n > size_ - offset) {
-      return absl::OutOfRangeError(stoker::StrCat("read of ", n, " bytes at offset ", offset,
-                                                  " is past the end of ", path_, " (", size_,
-                                                  " bytes)"));
-    }
-    return ReadFully(fd_, offset, n, dst, path_);
-  }
-  uint64_t size() const override { return size_; }
-  const std::string& name() const override { return path_; }
-
- private:
-  const int fd_;
-  const uint64_t size_;
-  const std::string path_;
-  const std::function<void()> on_close_;
-};
-
 // Closes an fd on scope exit unless released.
 class FdCloser {
  public:
@@ -583,8 +555,8 @@ std::unique_ptr<ByteSource> NodeCache::OpenEntry(const std::string& name, const 
   Touch(fd);
   const OpenSet::Id id{st.st_dev, st.st_ino};
   open_->Add(id);
-  return std::make_unique<CacheEntrySource>(closer.release(), key.size, path,
-                                            [open = open_, id] { open->Remove(id); });
+  return MakeFdSource(closer.release(), key.size, path,
+                      [open = open_, id] { open->Remove(id); });
 }
 
 absl::Status NodeCache::MakeRoom(std::string_view keep) {
@@ -783,8 +755,8 @@ absl::StatusOr<std::unique_ptr<ByteSource>> NodeCache::FillImpl(
   OpenSet::Id id{0, 0};
   if (::fstat(fd, &st) == 0) id = {st.st_dev, st.st_ino};
   open_->Add(id);
-  return std::make_unique<CacheEntrySource>(fd, key.size, PathOf(name),
-                                            [open = open_, id] { open->Remove(id); });
+  return MakeFdSource(fd, key.size, PathOf(name),
+                      [open = open_, id] { open->Remove(id); });
 }
 
 NodeCacheStats NodeCache::stats() const {
