@@ -74,15 +74,17 @@ struct DatasetOptions {
   // largest shard is an error at Open.
   std::string cache_dir;
   uint64_t cache_limit = 0;
-  // kFastFile: shards fetched ahead in plan order at once (each on its own
-  // connection: object stores cap bandwidth per connection).
-  int fastfile_parallel_fetches = 16;
+  // kFastFile: shards fetched at once, ahead along the plan; each fetch
+  // sends up to 8 ranges of its shard at once (object stores cap bandwidth
+  // per connection) and holds at most 8 MiB in memory.
+  int fastfile_parallel_fetches = 8;
   // kPipe: a read-ahead ring of pipe_parts x pipe_part_bytes per shard being
-  // read, for the shards a shuffle block spans (+1) plus pipe_warm_ahead
-  // started ahead (at least pipe_active_shards; the least recently read one
-  // gives its ring back): memory stays under their product.
-  size_t pipe_part_bytes = size_t{8} << 20;
-  int pipe_parts = 2;
+  // read (its missing parts fetched in parallel), for the shards a shuffle
+  // block spans (+1) plus pipe_warm_ahead started ahead (at least
+  // pipe_active_shards; the least recently read one gives its ring back):
+  // memory stays under their product.
+  size_t pipe_part_bytes = size_t{4} << 20;
+  int pipe_parts = 4;
   int pipe_active_shards = 2;
   // The loader's shuffle block (LoaderOptions::shuffle_window), in samples.
   uint64_t pipe_window_samples = 0;
@@ -95,6 +97,12 @@ struct DatasetOptions {
   // kFile: called as download bytes arrive (all shards together).
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
+
+// Whether an error means the store (or the link to it) was unreachable for
+// a while, so that the same read may succeed later: Unavailable,
+// DeadlineExceeded, Aborted, Cancelled. Such errors are never a damaged
+// sample: the loader raises them whatever its on_error policy.
+bool IsTransient(const absl::Status& s);
 
 // Counters of the node cache and downloads, for stats().
 struct DatasetIoStats {
@@ -109,9 +117,13 @@ struct DatasetIoStats {
 // Thread-safety: Read is const and safe for concurrent use.
 class Dataset {
  public:
-  // Loads the manifest and opens every shard, checking each shard's
+  // Loads the manifest and opens the shards, checking each shard's
   // structure (header, index, footer) and that its size and record count
   // match the manifest. Returns NotFound / DataLoss naming the file.
+  // Local datasets and kFile open (and download) every shard here; kPipe
+  // and kFastFile send no request beyond the manifest: each shard is opened
+  // on first use, by a read or by the read-ahead along the plan, and an
+  // error doing so is returned by every read of that shard.
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::string& uri,
                                                        const DatasetOptions& options = {});
   ~Dataset();
@@ -144,7 +156,7 @@ class Dataset {
   Dataset() = default;
   std::string uri_;
   Manifest manifest_;
-  std::vector<std::unique_ptr<shard::ShardReader>> readers_;
+  std::vector<std::unique_ptr<shard::ShardReader>> readers_;  // null: in remote_
   std::vector<uint64_t> first_record_;  // global index of each shard's first record
   struct Remote;                        // node cache, prefetcher, counters
   std::unique_ptr<Remote> remote_;

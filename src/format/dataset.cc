@@ -18,6 +18,7 @@
 #include "io/byte_source.h"
 #include "io/node_cache.h"
 #include "io/remote_sources.h"
+#include "io/s3.h"
 #include "io/storage.h"
 #include "util/crc32c.h"
 #include "util/strings.h"
@@ -94,6 +95,11 @@ absl::StatusOr<InputMode> ParseInputMode(std::string_view name) {
       StrCat("input mode '", name, "' is not one of auto, file, pipe, fastfile"));
 }
 
+bool IsTransient(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsAborted(s) ||
+         absl::IsCancelled(s);
+}
+
 namespace {
 
 std::string HomeCache(std::string_view sub) {
@@ -104,54 +110,60 @@ std::string HomeCache(std::string_view sub) {
 }
 
 // A shard of an s3:// dataset read through the node cache: the first read
-// fetches the whole object into the cache (or finds it there), later reads
-// are local. If the cache cannot take it (disk full, an I/O error), reads go
-// to the object store instead; bytes that disagree with the manifest's CRC
-// are an error, never cached or delivered.
+// (or Ensure, from the read-ahead) sends a HEAD for the object's ETag and
+// finds the shard in the cache or fetches it whole into it, in ranges sent
+// in parallel; later reads are local. If the cache cannot take it (disk
+// full, an I/O error), reads go to the object store instead. Bytes that
+// disagree with the manifest's CRC are never cached or delivered: fetched
+// once more, then an error (RELIABILITY.md N13).
 class CachedShard final : public io::ByteSource {
  public:
-  CachedShard(std::shared_ptr<const io::ByteSource> remote, std::shared_ptr<io::NodeCache> cache,
-              io::CacheKey key, uint32_t crc32c, std::atomic<uint64_t>* downloaded)
-      : remote_(std::move(remote)),
+  CachedShard(std::string uri, io::StorageOptions storage, const ShardInfo& info,
+              std::shared_ptr<io::NodeCache> cache, std::atomic<uint64_t>* downloaded)
+      : uri_(std::move(uri)),
+        storage_(std::move(storage)),
+        size_(info.bytes),
+        crc32c_(info.crc32c),
         cache_(std::move(cache)),
-        key_(std::move(key)),
-        crc32c_(crc32c),
         downloaded_(downloaded) {}
 
   absl::Status ReadAt(uint64_t offset, size_t n, char* dst) const override {
     absl::StatusOr<const io::ByteSource*> src = Ensure();
     if (!src.ok()) return src.status();
-    return (*src)->ReadAt(offset, n, dst);
+    if (absl::Status s = (*src)->ReadAt(offset, n, dst); !s.ok()) {
+      if (*src == remote_.get()) return s;
+      // The cached copy failed to read (EIO, RELIABILITY.md C9): serve this
+      // and later reads from the store.
+      std::lock_guard<std::mutex> lock(mu_);
+      fallback_ = true;
+      return remote_->ReadAt(offset, n, dst);
+    }
+    return absl::OkStatus();
   }
-  uint64_t size() const override { return remote_->size(); }
-  const std::string& name() const override { return remote_->name(); }
+  uint64_t size() const override { return size_; }
+  const std::string& name() const override { return uri_; }
 
   // Fetches the shard into the cache once; returns where to read from.
   absl::StatusOr<const io::ByteSource*> Ensure() const {
     std::lock_guard<std::mutex> lock(mu_);
-    if (local_) return local_.get();
     if (fallback_) return remote_.get();
-    absl::StatusOr<std::unique_ptr<io::ByteSource>> got =
-        cache_->GetOrFill(key_, [&](io::WritableFile* out) -> absl::Status {
-          const size_t chunk = std::max<size_t>(remote_->preferred_read_size(), 1 << 20);
-          std::string buf;
-          uint32_t crc = 0;
-          for (uint64_t off = 0; off < remote_->size();) {
-            const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, remote_->size() - off));
-            buf.resize(n);
-            if (absl::Status s = remote_->ReadAt(off, n, buf.data()); !s.ok()) return s;
-            crc = crc32c::Extend(crc, buf.data(), n);
-            if (absl::Status s = out->Append(buf); !s.ok()) return s;
-            off += n;
-            *downloaded_ += n;
-          }
-          if (crc != crc32c_) {
-            return absl::DataLossError(absl::StrFormat(
-                "%s: CRC-32C %08x of the fetched object differs from the manifest's %08x",
-                remote_->name(), crc, crc32c_));
-          }
-          return absl::OkStatus();
-        });
+    if (local_) return local_.get();
+    if (!remote_) {
+      absl::StatusOr<std::unique_ptr<io::ByteSource>> opened = io::OpenUri(uri_, storage_);
+      if (!opened.ok()) return opened.status();
+      if ((*opened)->size() != size_) {
+        return absl::DataLossError(StrCat("shard ", uri_, " has ", (*opened)->size(),
+                                          " bytes, the manifest says ", size_));
+      }
+      remote_ = std::move(*opened);
+    }
+    absl::StatusOr<io::S3Location> loc = io::ParseS3Uri(uri_);
+    if (!loc.ok()) return loc.status();
+    const io::CacheKey key{loc->bucket, loc->key, remote_->version(), size_};
+    absl::StatusOr<std::unique_ptr<io::ByteSource>> got = cache_->GetOrFill(key, Filler());
+    if (absl::IsDataLoss(got.status())) {
+      got = cache_->GetOrFill(key, Filler());  // damaged on the way: once more
+    }
     if (got.ok()) {
       local_ = std::move(*got);
       return local_.get();
@@ -165,14 +177,49 @@ class CachedShard final : public io::ByteSource {
   }
 
  private:
-  const std::shared_ptr<const io::ByteSource> remote_;
-  const std::shared_ptr<io::NodeCache> cache_;
-  const io::CacheKey key_;
+  // Writes the object into a cache entry in windows of at most 8 MiB, each
+  // window's ranges (an eighth of the object, 512 KiB to 1 MiB) sent at once:
+  // a small shard still uses several connections, and a fetch holds at most
+  // 8 MiB of memory. The CRC of the whole must match the manifest's.
+  std::function<absl::Status(io::WritableFile*)> Filler() const {
+    return [this](io::WritableFile* out) -> absl::Status {
+      constexpr size_t kRanges = 8;
+      const size_t part =
+          std::clamp<size_t>((size_ + kRanges - 1) / kRanges, size_t{512} << 10, size_t{1} << 20);
+      std::string buf;
+      uint32_t crc = 0;
+      for (uint64_t off = 0; off < size_;) {
+        const size_t window = static_cast<size_t>(std::min<uint64_t>(part * kRanges, size_ - off));
+        buf.resize(window);
+        std::vector<io::ByteSource::Range> ranges;
+        for (size_t at = 0; at < window; at += part) {
+          ranges.push_back({off + at, std::min(part, window - at), buf.data() + at});
+        }
+        if (absl::Status s = remote_->ReadRanges(ranges); !s.ok()) return s;
+        crc = crc32c::Extend(crc, buf.data(), window);
+        if (absl::Status s = out->Append(buf); !s.ok()) return s;
+        off += window;
+        *downloaded_ += window;
+      }
+      if (crc != crc32c_) {
+        return absl::DataLossError(absl::StrFormat(
+            "%s: CRC-32C %08x of the fetched object differs from the manifest's %08x", uri_, crc,
+            crc32c_));
+      }
+      return absl::OkStatus();
+    };
+  }
+
+  const std::string uri_;
+  const io::StorageOptions storage_;
+  const uint64_t size_;
   const uint32_t crc32c_;
+  const std::shared_ptr<io::NodeCache> cache_;
   std::atomic<uint64_t>* const downloaded_;
   mutable std::mutex mu_;
-  mutable std::unique_ptr<io::ByteSource> local_;  // guarded by mu_
-  mutable bool fallback_ = false;                  // guarded by mu_
+  mutable std::unique_ptr<io::ByteSource> remote_;  // after the HEAD; guarded by mu_
+  mutable std::unique_ptr<io::ByteSource> local_;   // guarded by mu_
+  mutable bool fallback_ = false;                   // guarded by mu_
 };
 
 // Adds the bytes read through it to a counter (pipe mode's downloads).
@@ -197,47 +244,152 @@ class CountingSource final : public io::ByteSource {
 
 }  // namespace
 
+// The shards of an s3:// dataset in pipe or fastfile mode, each opened on
+// first use (a read, or the read-ahead along the plan): opening costs
+// requests (fastfile: a HEAD, then the cache or a fetch; pipe: one read of
+// the index), so Open() sends none and nothing is opened twice.
 struct Dataset::Remote {
-  std::shared_ptr<io::NodeCache> cache;
-  std::vector<std::shared_ptr<CachedShard>> cached;  // fastfile: per shard, else empty
-  std::vector<std::shared_ptr<io::StreamingByteSource>> streams;  // pipe: per shard
+  InputMode mode = InputMode::kAuto;
+  std::string uri;
+  const Manifest* manifest = nullptr;
+  io::StorageOptions storage;
+  std::shared_ptr<io::NodeCache> cache;           // fastfile
+  std::shared_ptr<io::StreamBudget> stream_budget;  // pipe
+  io::StreamingOptions streaming;                   // pipe
   std::atomic<uint64_t> downloaded{0};
 
-  // Pipe: when a shard is first read, start streaming the one the plan
-  // reads after it, so the next shard's first parts are there in time.
-  void WarmNext(uint64_t s) {
-    std::vector<std::shared_ptr<io::StreamingByteSource>> ahead;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (s >= position.size() || position[s] >= order.size()) return;
-      for (size_t i = position[s] + 1; i < order.size() && ahead.size() < warm_ahead; ++i) {
-        ahead.push_back(streams[order[i]]);
+  struct Slot {
+    std::mutex mu;
+    bool tried = false;  // guarded by mu
+    absl::Status error;  // of the one attempt to open; guarded by mu
+    std::unique_ptr<shard::ShardReader> reader;  // written once under mu
+    std::atomic<const shard::ShardReader*> ready{nullptr};
+    std::atomic<uint64_t> noted_epoch{0};  // the plan generation this shard was read in
+    std::shared_ptr<io::StreamingByteSource> stream;  // pipe; written once under mu
+  };
+  std::vector<std::unique_ptr<Slot>> slots;
+
+  // The reader of shard s, opening it on first use. An error opening it is
+  // kept (every later read of the shard returns it, naming the shard),
+  // unless the store was unreachable: then the next read tries again.
+  absl::StatusOr<const shard::ShardReader*> Reader(uint64_t s) {
+    Slot& slot = *slots[s];
+    if (const shard::ShardReader* r = slot.ready.load(std::memory_order_acquire)) {
+      NoteRead(s, slot);
+      return r;
+    }
+    std::lock_guard<std::mutex> lock(slot.mu);
+    if (!slot.tried) {
+      slot.tried = true;
+      absl::StatusOr<std::unique_ptr<shard::ShardReader>> r = OpenShard(s, &slot.stream);
+      if (r.ok()) {
+        slot.reader = std::move(*r);
+        slot.ready.store(slot.reader.get(), std::memory_order_release);
+      } else if (IsTransient(r.status())) {
+        slot.tried = false;  // the store was unreachable: the next read tries again
+        return r.status();
+      } else {
+        slot.error = r.status();
       }
     }
-    for (auto& stream : ahead) {
-      if (stream) stream->Warm();
-    }
+    NoteRead(s, slot);
+    if (!slot.error.ok()) return slot.error;
+    return slot.reader.get();
   }
-  size_t warm_ahead = 1;         // pipe: shards started ahead of the one read
 
-  std::vector<size_t> position;  // pipe: index of each shard in `order`; guarded by mu
+  absl::StatusOr<std::unique_ptr<shard::ShardReader>> OpenShard(
+      uint64_t s, std::shared_ptr<io::StreamingByteSource>* stream_out) {
+    const ShardInfo& info = manifest->shards[s];
+    const std::string path = ShardPath(uri, info);
+    std::shared_ptr<const io::ByteSource> src;
+    if (mode == InputMode::kFastFile) {
+      auto cached = std::make_shared<CachedShard>(path, storage, info, cache, &downloaded);
+      if (absl::StatusOr<const io::ByteSource*> got = cached->Ensure(); !got.ok()) {
+        return got.status();
+      }
+      src = std::move(cached);
+    } else {
+      // No HEAD: the manifest has the size; the first answer gives the ETag
+      // every later read is pinned to.
+      absl::StatusOr<io::S3Location> loc = io::ParseS3Uri(path);
+      if (!loc.ok()) return loc.status();
+      absl::StatusOr<std::shared_ptr<io::S3Client>> client = io::SharedS3Client(storage);
+      if (!client.ok()) return client.status();
+      absl::StatusOr<std::unique_ptr<io::ByteSource>> opened =
+          io::OpenS3Object(*client, loc->bucket, loc->key, info.bytes);
+      if (!opened.ok()) return opened.status();
+      auto counted = std::make_shared<CountingSource>(std::move(*opened), &downloaded);
+      std::shared_ptr<io::StreamingByteSource> stream =
+          io::MakeStreamingSource(std::move(counted), streaming);
+      stream->Warm();  // the first parts come while the index is read
+      *stream_out = stream;
+      src = std::move(stream);
+    }
+    absl::StatusOr<std::unique_ptr<shard::ShardReader>> reader =
+        shard::ShardReader::Open(std::move(src), info.records);
+    if (!reader.ok()) return reader.status();
+    if ((*reader)->records() != info.records) {
+      return absl::DataLossError(StrCat("shard ", path, " holds ", (*reader)->records(),
+                                        " records, the manifest says ", info.records));
+    }
+    return reader;
+  }
 
-  // Read-ahead along the plan: threads fetch cached[order[next++]].
+  // Read-ahead along the plan: threads open order[next++] while it is at
+  // most `ahead` shards past the furthest one read.
   std::mutex mu;
   std::condition_variable cv;
   std::vector<uint64_t> order;
+  std::vector<size_t> position;  // of each shard in `order`, SIZE_MAX if absent
   size_t next = 0;
+  size_t reading = 0;       // position of the furthest shard read so far
+  size_t released = 0;      // pipe: rings of positions below it were given back
+  size_t keep_behind = SIZE_MAX;  // pipe: positions behind `reading` a block may still read
+  uint64_t generation = 1;  // of `order`; Slot::noted_epoch compares with it
+  std::atomic<uint64_t> current_generation{1};
+  size_t ahead = 1;
   bool stop = false;
   std::vector<std::thread> threads;
 
-  void Prefetcher() {
+  // The first read of a shard in this plan moves the read-ahead window.
+  // Pipe: it also marks the rings of the shards opened ahead of it as used,
+  // nearest last, so that the stream budget gives back the rings of shards
+  // already read before those of shards still to come.
+  void NoteRead(uint64_t s, Slot& slot) {
+    const uint64_t g = current_generation.load(std::memory_order_relaxed);
+    if (slot.noted_epoch.load(std::memory_order_relaxed) == g) return;
+    slot.noted_epoch.store(g, std::memory_order_relaxed);
+    std::vector<Slot*> ahead_slots, done_slots;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (s < position.size() && position[s] != SIZE_MAX) {
+        reading = std::max(reading, position[s]);
+        for (size_t i = std::min(order.size(), position[s] + 1 + ahead); i > position[s] + 1;) {
+          ahead_slots.push_back(slots[order[--i]].get());
+        }
+        // Shards further behind than a shuffle block reaches are done.
+        for (; released < reading && reading - released > keep_behind; ++released) {
+          done_slots.push_back(slots[order[released]].get());
+        }
+      }
+    }
+    cv.notify_all();
+    for (Slot* a : done_slots) {
+      if (a->ready.load(std::memory_order_acquire) != nullptr && a->stream) a->stream->Release();
+    }
+    for (Slot* a : ahead_slots) {
+      if (a->ready.load(std::memory_order_acquire) != nullptr && a->stream) a->stream->Warm();
+    }
+  }
+
+  void ReadAhead() {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
-      cv.wait(lock, [&] { return stop || next < order.size(); });
+      cv.wait(lock, [&] { return stop || (next < order.size() && next <= reading + ahead); });
       if (stop) return;
       const uint64_t s = order[next++];
       lock.unlock();
-      (void)cached[s]->Ensure();  // errors resurface when the shard is read
+      (void)Reader(s);  // an error resurfaces when the shard is read
       lock.lock();
     }
   }
@@ -262,15 +414,71 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
   d->uri_ = uri;
   d->manifest_ = std::move(*m);
   const size_t n = d->manifest_.shards.size();
+  uint64_t first = 0;
+  for (uint64_t s = 0; s < n; ++s) {
+    d->first_record_.push_back(first);
+    first += d->manifest_.shards[s].records;
+  }
   InputMode mode = options.mode;
   if (!io::IsS3Uri(uri)) {
     mode = InputMode::kAuto;  // local datasets are read in place
   } else if (mode == InputMode::kAuto) {
     mode = InputMode::kFastFile;
   }
-  auto needed = [&](uint64_t s) { return !options.needed || options.needed(s, n); };
+  if (mode == InputMode::kPipe || mode == InputMode::kFastFile) {
+    auto remote = std::make_unique<Remote>();
+    Remote& r = *remote;
+    r.mode = mode;
+    r.uri = uri;
+    r.manifest = &d->manifest_;
+    r.storage = options.storage;
+    for (size_t s = 0; s < n; ++s) r.slots.push_back(std::make_unique<Remote::Slot>());
+    int threads = 0;
+    if (mode == InputMode::kFastFile) {
+      io::NodeCacheOptions co;
+      co.dir = options.cache_dir.empty() ? HomeCache("cache") : options.cache_dir;
+      co.limit_bytes = options.cache_limit ? options.cache_limit : uint64_t{10} << 30;
+      absl::StatusOr<std::shared_ptr<io::NodeCache>> cache = io::NodeCache::Open(co);
+      if (!cache.ok()) return cache.status();
+      uint64_t largest = 0;
+      for (const ShardInfo& info : d->manifest_.shards) largest = std::max(largest, info.bytes);
+      if (absl::Status s = (*cache)->CheckFits(largest); !s.ok()) return s;
+      r.cache = *cache;
+      threads = std::max(1, options.fastfile_parallel_fetches);
+      r.ahead = static_cast<size_t>(threads);
+    } else {
+      // Rings for the shards a shuffle block spans at once, plus those
+      // streamed ahead; fewer would evict a ring still in use and fetch its
+      // shard again and again.
+      uint64_t fewest = UINT64_MAX;
+      for (const ShardInfo& info : d->manifest_.shards) {
+        if (info.records > 0) fewest = std::min(fewest, info.records);
+      }
+      // A block of the shuffle spans at most ceil(window / fewest) + 1
+      // shards, one more is touched at a block boundary, and one more is
+      // opened while the read moves on to the next (the read-ahead threads
+      // work in parallel).
+      const uint64_t spanned =
+          fewest == UINT64_MAX ? 1 : (options.pipe_window_samples + fewest - 1) / fewest + 3;
+      r.keep_behind = static_cast<size_t>(spanned);
+      const int warm = std::max(0, options.pipe_warm_ahead);
+      const int active = static_cast<int>(std::max<uint64_t>(
+          options.pipe_active_shards, std::min<uint64_t>(spanned + static_cast<uint64_t>(warm), n)));
+      r.stream_budget = io::MakeStreamBudget(active);
+      r.streaming.part_bytes = options.pipe_part_bytes;
+      r.streaming.parts = options.pipe_parts;
+      r.streaming.budget = r.stream_budget;
+      threads = std::max(1, warm);
+      r.ahead = static_cast<size_t>(warm);
+    }
+    for (int t = 0; t < threads; ++t) r.threads.emplace_back([&r] { r.ReadAhead(); });
+    d->remote_ = std::move(remote);
+    d->readers_.resize(n);  // unused: remote_->slots hold the readers
+    return d;
+  }
 
-  if (mode != InputMode::kAuto) d->remote_ = std::make_unique<Remote>();
+  // Local datasets and file mode: every shard opened now (file mode
+  // downloads it first), its structure checked against the manifest.
   std::string local_dir;
   if (mode == InputMode::kFile) {
     local_dir = options.local_dir;
@@ -280,41 +488,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
       local_dir = HomeCache(StrCat("file/", loc->bucket, "/", loc->key));
     }
     if (absl::Status s = io::MakeFolder(local_dir); !s.ok()) return s;
+    d->remote_ = std::make_unique<Remote>();  // for its download counter
   }
-  if (mode == InputMode::kFastFile) {
-    io::NodeCacheOptions co;
-    co.dir = options.cache_dir.empty() ? HomeCache("cache") : options.cache_dir;
-    co.limit_bytes = options.cache_limit ? options.cache_limit : uint64_t{10} << 30;
-    absl::StatusOr<std::shared_ptr<io::NodeCache>> cache = io::NodeCache::Open(co);
-    if (!cache.ok()) return cache.status();
-    uint64_t largest = 0;
-    for (const ShardInfo& info : d->manifest_.shards) largest = std::max(largest, info.bytes);
-    if (absl::Status s = (*cache)->CheckFits(largest); !s.ok()) return s;
-    d->remote_->cache = *cache;
-    d->remote_->cached.resize(n);
-  }
-
-  // Pipe: rings for the shards a shuffle window spans at once, plus the one
-  // being started ahead; fewer would evict a ring still in use and fetch
-  // its shard again and again.
-  std::shared_ptr<io::StreamBudget> stream_budget;
-  if (mode == InputMode::kPipe) {
-    uint64_t fewest = UINT64_MAX;
-    for (const ShardInfo& info : d->manifest_.shards) {
-      if (info.records > 0) fewest = std::min(fewest, info.records);
-    }
-    // A block of the shuffle spans at most ceil(window / fewest) + 1 shards,
-    // one more is touched at a block boundary; plus those started ahead.
-    const uint64_t spanned =
-        fewest == UINT64_MAX ? 1 : (options.pipe_window_samples + fewest - 1) / fewest + 2;
-    const int active = static_cast<int>(std::max<uint64_t>(
-        options.pipe_active_shards,
-        std::min<uint64_t>(spanned + static_cast<uint64_t>(options.pipe_warm_ahead), n)));
-    stream_budget = io::MakeStreamBudget(active);
-    d->remote_->streams.resize(n);
-    d->remote_->warm_ahead = static_cast<size_t>(std::max(0, options.pipe_warm_ahead));
-  }
-  // Open every shard (in parallel: each is a HEAD and two small reads on S3).
+  auto needed = [&](uint64_t s) { return !options.needed || options.needed(s, n); };
   std::vector<absl::Status> status(n);
   std::vector<std::unique_ptr<shard::ShardReader>> readers(n);
   std::atomic<uint64_t> download_done{0};
@@ -349,30 +525,11 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
       if (!file.ok()) return file.status();
       src = std::move(*file);
     }
-    auto reader = shard::ShardReader::Open(src);
+    auto reader = shard::ShardReader::Open(src, info.records);
     if (!reader.ok()) return reader.status();
     if ((*reader)->records() != info.records) {
       return absl::DataLossError(StrCat("shard ", path, " holds ", (*reader)->records(),
                                         " records, the manifest says ", info.records));
-    }
-    if (mode == InputMode::kPipe && needed(s)) {
-      io::StreamingOptions so;
-      so.part_bytes = options.pipe_part_bytes;
-      so.parts = options.pipe_parts;
-      so.budget = stream_budget;
-      so.on_first_read = [remote = d->remote_.get(), s] { remote->WarmNext(s); };
-      auto counted = std::make_shared<CountingSource>(src, &d->remote_->downloaded);
-      std::shared_ptr<io::StreamingByteSource> stream = io::MakeStreamingSource(counted, so);
-      d->remote_->streams[s] = stream;
-      *reader = (*reader)->WithSource(std::move(stream));
-    } else if (mode == InputMode::kFastFile && needed(s)) {
-      absl::StatusOr<io::S3Location> loc = io::ParseS3Uri(path);
-      if (!loc.ok()) return loc.status();
-      io::CacheKey key{loc->bucket, loc->key, src->version(), info.bytes};
-      auto cached = std::make_shared<CachedShard>(src, d->remote_->cache, std::move(key),
-                                                  info.crc32c, &d->remote_->downloaded);
-      d->remote_->cached[s] = cached;
-      *reader = (*reader)->WithSource(cached);
     }
     readers[s] = std::move(*reader);
     return absl::OkStatus();
@@ -381,7 +538,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
     for (uint64_t s = 0; s < n; ++s) status[s] = open_one(s);
   } else {
     // Waiting on the network, not the CPU: plain threads (TBB would cap
-    // them at the core count), 16 requests in flight.
+    // them at the core count), 16 downloads in flight.
     std::atomic<uint64_t> next{0};
     std::vector<std::thread> openers;
     for (uint64_t t = 0; t < std::min<uint64_t>(n, 16); ++t) {
@@ -394,44 +551,30 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& uri,
   for (const absl::Status& s : status) {
     if (!s.ok()) return s;
   }
-  uint64_t first = 0;
-  for (uint64_t s = 0; s < n; ++s) {
-    d->first_record_.push_back(first);
-    first += d->manifest_.shards[s].records;
-    d->readers_.push_back(std::move(readers[s]));
-  }
-  if (mode == InputMode::kFastFile) {
-    // Shards fetched ahead at once: each is one connection's worth of
-    // bandwidth on a store that caps connections, as S3 does.
-    for (int t = 0; t < options.fastfile_parallel_fetches; ++t) {
-      d->remote_->threads.emplace_back([r = d->remote_.get()] { r->Prefetcher(); });
-    }
-  }
+  d->readers_ = std::move(readers);
   return d;
 }
 
 void Dataset::Prefetch(std::vector<uint64_t> shard_order) const {
-  if (remote_ && !remote_->streams.empty()) {  // pipe: remember the order
-    std::lock_guard<std::mutex> lock(remote_->mu);
-    remote_->position.assign(remote_->streams.size(), SIZE_MAX);
-    for (size_t i = 0; i < shard_order.size(); ++i) {
-      if (shard_order[i] < remote_->position.size()) remote_->position[shard_order[i]] = i;
-    }
-    remote_->order = std::move(shard_order);
-    remote_->next = remote_->order.size();  // nothing for the fetch threads
-    return;
-  }
-  if (!remote_ || remote_->cached.empty()) return;
-  std::vector<uint64_t> order;
-  for (uint64_t s : shard_order) {
-    if (s < remote_->cached.size() && remote_->cached[s]) order.push_back(s);
-  }
+  if (!remote_ || remote_->slots.empty()) return;  // local or file: nothing to fetch
+  Remote& r = *remote_;
   {
-    std::lock_guard<std::mutex> lock(remote_->mu);
-    remote_->order = std::move(order);
-    remote_->next = 0;
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.position.assign(r.slots.size(), SIZE_MAX);
+    std::vector<uint64_t> order;
+    for (uint64_t s : shard_order) {
+      if (s < r.slots.size() && r.position[s] == SIZE_MAX) {
+        r.position[s] = order.size();
+        order.push_back(s);
+      }
+    }
+    r.order = std::move(order);
+    r.next = 0;
+    r.reading = 0;
+    r.released = 0;
+    r.current_generation.store(++r.generation, std::memory_order_relaxed);
   }
-  remote_->cv.notify_all();
+  r.cv.notify_all();
 }
 
 DatasetIoStats Dataset::io_stats() const {
@@ -455,7 +598,17 @@ absl::Status Dataset::ReadView(uint64_t i, std::string* scratch, shard::RecordVi
   auto it = std::upper_bound(first_record_.begin(), first_record_.end(), i);
   const uint64_t s = static_cast<uint64_t>(it - first_record_.begin()) - 1;
   if (shard_index) *shard_index = s;
-  return readers_[s]->ReadRecord(i - first_record_[s], scratch, out);
+  const shard::ShardReader* reader = readers_[s].get();
+  if (reader == nullptr) {
+    if (!remote_ || remote_->slots.empty()) {
+      return absl::FailedPreconditionError(
+          StrCat("shard ", shard_path(s), " is not read by this process"));
+    }
+    absl::StatusOr<const shard::ShardReader*> r = remote_->Reader(s);
+    if (!r.ok()) return r.status();
+    reader = *r;
+  }
+  return reader->ReadRecord(i - first_record_[s], scratch, out);
 }
 
 absl::StatusOr<Record> Dataset::Read(uint64_t i) const {

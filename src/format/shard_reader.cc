@@ -133,26 +133,42 @@ absl::Status ParseRecord(std::string_view bytes, uint64_t offset, std::string_vi
 }
 
 absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(
-    std::shared_ptr<const io::ByteSource> source) {
+    std::shared_ptr<const io::ByteSource> source, std::optional<uint64_t> expected_records) {
   const std::string& name = source->name();
   const uint64_t size = source->size();
   if (size < kMinShardSize) {
     return Damaged(name, size, stoker::StrCat("file of ", size, " bytes is too short for a shard (",
                                             kMinShardSize, " at least): truncated?"));
   }
+  // The tail: the footer, and the index before it when its size is known
+  // (from the expected record count), so both come in one read.
+  uint64_t tail_len = kFooterSize;
+  if (expected_records && *expected_records <= (size - kMinShardSize) / kIndexEntrySize) {
+    tail_len += kIndexHeaderSize + *expected_records * kIndexEntrySize;
+  }
+  // Both in one go (on S3: two requests in flight at once); the tail
+  // first, so a read-ahead source streams the head meanwhile.
+  std::string tail(tail_len, '\0');
   char head[kFileHeaderSize];
-  if (absl::Status s = source->ReadAt(0, sizeof(head), head); !s.ok()) return s;
+  const io::ByteSource::Range ranges[] = {{size - tail_len, tail_len, tail.data()},
+                                          {0, sizeof(head), head}};
+  if (absl::Status s = source->ReadRanges(ranges); !s.ok()) return s;
   if (absl::Status s = CheckFileHeader(std::string_view(head, sizeof(head)), name); !s.ok()) {
     return s;
   }
-  char foot[kFooterSize];
-  if (absl::Status s = source->ReadAt(size - kFooterSize, sizeof(foot), foot); !s.ok()) return s;
-  absl::StatusOr<Footer> footer = CheckFooter(std::string_view(foot, sizeof(foot)), size, name);
+  absl::StatusOr<Footer> footer =
+      CheckFooter(std::string_view(tail).substr(tail_len - kFooterSize), size, name);
   if (!footer.ok()) return footer.status();
-  std::string index_bytes(footer->index_size, '\0');
-  if (absl::Status s = source->ReadAt(footer->index_offset, index_bytes.size(), index_bytes.data());
-      !s.ok()) {
-    return s;
+  std::string index_bytes;
+  if (footer->index_size + kFooterSize == tail_len) {
+    index_bytes = tail.substr(0, footer->index_size);
+  } else {  // the count was not this shard's: read the index the footer names
+    index_bytes.resize(footer->index_size);
+    if (absl::Status s =
+            source->ReadAt(footer->index_offset, index_bytes.size(), index_bytes.data());
+        !s.ok()) {
+      return s;
+    }
   }
   std::vector<IndexEntry> entries;
   if (absl::Status s = CheckIndex(index_bytes, *footer, name, &entries); !s.ok()) return s;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,9 +44,13 @@ absl::Status ParseRecord(std::string_view bytes, uint64_t offset, std::string_vi
 class ShardReader {
  public:
   // Returns DataLoss naming the shard when its structure is damaged or
-  // truncated, FailedPrecondition for an unknown format version.
+  // truncated, FailedPrecondition for an unknown format version. With
+  // `expected_records` (the manifest's count) the index and the footer come
+  // in one read of the shard's tail (one request on an object store); a
+  // wrong count costs one more read, never a wrong index.
   static absl::StatusOr<std::unique_ptr<ShardReader>> Open(
-      std::shared_ptr<const io::ByteSource> source);
+      std::shared_ptr<const io::ByteSource> source,
+      std::optional<uint64_t> expected_records = std::nullopt);
 
   // A reader with the same (already checked) index that reads records from
   // `source`, which must hold the same bytes: how the input modes move a

@@ -79,6 +79,43 @@ TEST(Shard, RoundTripsEveryField) {
   EXPECT_EQ(verified->file_crc32c, crc);
 }
 
+// Counts the reads (a request each on an object store) made through it.
+class ReadCounter final : public io::ByteSourceWrapper {
+ public:
+  using ByteSourceWrapper::ByteSourceWrapper;
+  absl::Status ReadAt(uint64_t offset, size_t n, char* dst) const override {
+    reads.push_back({offset, n});
+    return base_->ReadAt(offset, n, dst);
+  }
+  mutable std::vector<std::pair<uint64_t, size_t>> reads;
+};
+
+TEST(Shard, OpenWithTheExpectedCountReadsIndexAndFooterInOneRead) {
+  std::vector<Rec> recs;
+  for (int i = 0; i < 50; ++i) recs.push_back({"k" + std::to_string(i), "", std::string(100, 'p'), i});
+  const std::string bytes = WriteShard(recs);
+  std::unique_ptr<io::ByteSource> mem = io::MakeMemorySource(bytes, "mem.stk");
+  const uint64_t tail = kIndexHeaderSize + 50 * kIndexEntrySize + kFooterSize;
+
+  auto right = std::make_shared<ReadCounter>(mem.get());
+  absl::StatusOr<std::unique_ptr<ShardReader>> r = ShardReader::Open(right, 50);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)->records(), 50u);
+  ASSERT_EQ(right->reads.size(), 2u);  // the tail, then the header
+  EXPECT_EQ(right->reads[0], std::make_pair(uint64_t{bytes.size() - tail}, size_t{tail}));
+  EXPECT_EQ(right->reads[1], std::make_pair(uint64_t{0}, size_t{kFileHeaderSize}));
+
+  // A wrong count costs one more read and still gives the shard's own index.
+  for (uint64_t wrong : {uint64_t{0}, uint64_t{49}, uint64_t{51}, uint64_t{1} << 40}) {
+    auto counted = std::make_shared<ReadCounter>(mem.get());
+    absl::StatusOr<std::unique_ptr<ShardReader>> w = ShardReader::Open(counted, wrong);
+    ASSERT_TRUE(w.ok()) << wrong << ": " << w.status();
+    EXPECT_EQ((*w)->records(), 50u);
+    EXPECT_EQ((*w)->entry(49).label, 49);
+    EXPECT_LE(counted->reads.size(), 3u);
+  }
+}
+
 TEST(Shard, EmptyShardIsValid) {
   std::string bytes = WriteShard({});
   EXPECT_EQ(bytes.size(), kMinShardSize);

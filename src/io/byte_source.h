@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,21 @@ class ByteSource {
   // DataLoss if the source ended early (a short read is never returned as
   // success), or the underlying I/O error.
   virtual absl::Status ReadAt(uint64_t offset, size_t n, char* dst) const = 0;
+
+  // Reads several ranges, as ReadAt each. Sources that can fetch them
+  // concurrently do (S3: one request each, all in flight at once); the
+  // default reads them one after another.
+  struct Range {
+    uint64_t offset = 0;
+    size_t n = 0;
+    char* dst = nullptr;
+  };
+  virtual absl::Status ReadRanges(std::span<const Range> ranges) const {
+    for (const Range& r : ranges) {
+      if (absl::Status s = ReadAt(r.offset, r.n, r.dst); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
 
   // Total size in bytes, fixed for the life of the object.
   virtual uint64_t size() const = 0;
@@ -69,6 +85,7 @@ class ByteSourceWrapper : public ByteSource {
   uint64_t size() const override { return base_->size(); }
   const std::string& name() const override { return base_->name(); }
   size_t preferred_read_size() const override { return base_->preferred_read_size(); }
+  std::string version() const override { return base_->version(); }
 
  protected:
   const ByteSource* base_;

@@ -246,7 +246,7 @@ class StreamingSource final : public StreamingByteSource {
   }
 
   // Gives back the ring's memory; the read-ahead idles until the next read.
-  void Release() {
+  void Release() override {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = parts_map_.begin(); it != parts_map_.end();) {
       it = it->second.loading ? std::next(it) : parts_map_.erase(it);
@@ -303,6 +303,40 @@ class StreamingSource final : public StreamingByteSource {
     auto data = std::make_shared<PartBuffer>(PartSize(p));
     absl::Status s = base_->ReadAt(p * part_bytes_, data->size(), data->data());
     lock.lock();
+    Loaded(p, s, std::move(data));
+    cv_.notify_all();
+  }
+
+  // Keeps the ring full: loads every missing part of [head, head+parts) at
+  // once (ReadRanges: on S3 a request each, all in flight together).
+  void ReadAhead() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      std::vector<uint64_t> missing;
+      for (uint64_t p = head_; p < std::min(head_ + parts_, num_parts_); ++p) {
+        if (parts_map_.find(p) == parts_map_.end()) missing.push_back(p);
+      }
+      if (missing.empty() || !started_) {  // idle until the first read
+        cv_.wait(lock);
+        continue;
+      }
+      for (uint64_t p : missing) parts_map_[p].loading = true;
+      lock.unlock();
+      std::vector<std::shared_ptr<PartBuffer>> data;
+      std::vector<Range> ranges;
+      for (uint64_t p : missing) {
+        data.push_back(std::make_shared<PartBuffer>(PartSize(p)));
+        ranges.push_back({p * part_bytes_, data.back()->size(), data.back()->data()});
+      }
+      absl::Status s = base_->ReadRanges(ranges);
+      lock.lock();
+      for (size_t i = 0; i < missing.size(); ++i) Loaded(missing[i], s, std::move(data[i]));
+      cv_.notify_all();
+    }
+  }
+
+  // Files the result of loading part p. REQUIRES: lock held on mu_.
+  void Loaded(uint64_t p, const absl::Status& s, std::shared_ptr<PartBuffer> data) const {
     auto it = parts_map_.find(p);
     if (p < head_) {  // the ring moved past it meanwhile
       if (it != parts_map_.end()) parts_map_.erase(it);
@@ -310,26 +344,6 @@ class StreamingSource final : public StreamingByteSource {
       it->second.loading = false;
       it->second.status = s;
       if (s.ok()) it->second.data = std::move(data);
-    }
-    cv_.notify_all();
-  }
-
-  // Keeps the ring full: loads the first missing part in [head, head+parts).
-  void ReadAhead() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_) {
-      uint64_t missing = UINT64_MAX;
-      for (uint64_t p = head_; p < std::min(head_ + parts_, num_parts_); ++p) {
-        if (parts_map_.find(p) == parts_map_.end()) {
-          missing = p;
-          break;
-        }
-      }
-      if (missing == UINT64_MAX || !started_) {  // idle until the first read
-        cv_.wait(lock);
-        continue;
-      }
-      Load(missing, lock);
     }
   }
 

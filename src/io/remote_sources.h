@@ -59,6 +59,9 @@ class StreamingByteSource : public ByteSource {
  public:
   // Starts filling the ring now (and counts as in use for the budget).
   virtual void Warm() = 0;
+  // Gives back the ring's memory now (a shard read to its end); a later
+  // read fetches again.
+  virtual void Release() = 0;
 };
 
 // A source that serves reads from a ring of `parts` consecutive parts of

@@ -34,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -279,6 +280,23 @@ class S3Client {
   absl::Status GetRange(std::string_view bucket, std::string_view key, uint64_t offset, size_t n,
                         char* dst, std::string_view if_match_etag = {});
 
+  // Reads several ranges of one object, one request each, all in flight at
+  // once (a vectored read). If-Match and ETag pinning as for GetRange; with
+  // `seen`, reports the ETag (without quotes) and the object size that the
+  // answers carried (the size from Content-Range, when the server sent it).
+  struct RangeRead {
+    uint64_t offset = 0;
+    size_t n = 0;
+    char* dst = nullptr;
+  };
+  struct ObjectSeen {
+    std::string etag;
+    std::optional<uint64_t> size;
+  };
+  absl::Status GetRanges(std::string_view bucket, std::string_view key,
+                         std::span<const RangeRead> ranges, std::string_view if_match_etag = {},
+                         ObjectSeen* seen = nullptr);
+
   // The whole object, for small ones (manifests). Returns ResourceExhausted
   // for objects over 256 MiB.
   absl::StatusOr<std::string> GetObject(std::string_view bucket, std::string_view key);
@@ -320,13 +338,15 @@ class S3Client {
   std::unique_ptr<Impl> impl_;
 };
 
-// A ByteSource over one version of s3://bucket/key. Without `size` and `etag`
-// it sends a HEAD; with an `etag` but no size the HEAD must report that ETag
-// (else FailedPrecondition "object modified"). Every ReadAt is a GetRange
-// with If-Match on the pinned ETag, so bytes of two versions never mix.
-// name() is the s3:// URI; preferred_read_size() is config().part_size;
-// version() is the pinned ETag (without quotes).
-// Returns NotFound when the object does not exist.
+// A ByteSource over one version of s3://bucket/key. Without `size` it sends
+// a HEAD (which must report `etag` when one is given, else FailedPrecondition
+// "object modified"). With a `size` it sends nothing now: without an `etag`
+// the first read learns the object's ETag from its answer (and checks the
+// size the answer reports). Every later read carries If-Match on the pinned
+// ETag, so bytes of two versions never mix. ReadRanges sends its ranges (cut
+// at part_size) in parallel. name() is the s3:// URI; preferred_read_size()
+// is config().part_size; version() is the pinned ETag (without quotes; empty
+// until learned). Returns NotFound when the HEAD finds no object.
 //
 // Thread-safety: safe for concurrent use (as every ByteSource).
 absl::StatusOr<std::unique_ptr<ByteSource>> OpenS3Object(std::shared_ptr<S3Client> client,

@@ -96,6 +96,7 @@ struct Call {
   int last_retry_cost = 0;
   uint64_t got = 0;         // ranged: bytes of dst filled; a retry resumes there
   std::string pinned_etag;  // ranged without if_match: the first response's ETag
+  std::optional<uint64_t> object_size;  // ranged: the total a response reported
   Clock::time_point not_before{};
 
   // ---- one attempt (reset by Start)
@@ -142,6 +143,7 @@ absl::Status CheckRangedHeaders(Call& c) {
       return absl::InternalError(
           stoker::StrCat("206 answer without a valid Content-Range (got '", c.content_range, "')"));
     }
+    if (cr->total) c.object_size = *cr->total;
     if (cr->first != first || cr->last > last) {
       return absl::InternalError(stoker::StrCat("asked for bytes ", first, "-", last,
                                                 ", the answer's Content-Range is '",
@@ -165,6 +167,7 @@ absl::Status CheckRangedHeaders(Call& c) {
           ") to a request for bytes ", first, "-", last,
           ": the server or a proxy ignored the Range header"));
     }
+    c.object_size = *c.content_length;
   } else {
     return absl::InternalError(stoker::StrCat("unexpected HTTP ", c.status, " to a ranged GET"));
   }
@@ -932,36 +935,55 @@ absl::StatusOr<std::vector<S3Client::Object>> S3Client::List(std::string_view bu
 
 absl::Status S3Client::GetRange(std::string_view bucket, std::string_view key, uint64_t offset,
                                 size_t n, char* dst, std::string_view if_match_etag) {
-  if (n == 0) return absl::OkStatus();
   const size_t part = impl_->config().part_size;
-  const size_t parts = (n + part - 1) / part;
-  std::vector<Call> calls(parts);
+  std::vector<RangeRead> ranges;
+  for (uint64_t done = 0; done < n; done += part) {
+    ranges.push_back({offset + done, static_cast<size_t>(std::min<uint64_t>(part, n - done)),
+                      dst + done});
+  }
+  return GetRanges(bucket, key, ranges, if_match_etag);
+}
+
+absl::Status S3Client::GetRanges(std::string_view bucket, std::string_view key,
+                                 std::span<const RangeRead> ranges,
+                                 std::string_view if_match_etag, ObjectSeen* seen) {
+  std::vector<Call> calls;
+  calls.reserve(ranges.size());
   std::vector<Call*> ptrs;
   const std::string uri = S3Uri(bucket, key);
   const std::string if_match = if_match_etag.empty() ? "" : Quoted(if_match_etag);
-  for (size_t i = 0; i < parts; ++i) {
-    Call& c = calls[i];
-    c = MakeCall(S3RequestKind::kGet, "GET", bucket, key);
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const RangeRead& r : ranges) {
+    if (r.n == 0) continue;
+    Call& c = calls.emplace_back(MakeCall(S3RequestKind::kGet, "GET", bucket, key));
     c.ranged = true;
-    c.range_offset = offset + i * part;
-    c.range_len = std::min<uint64_t>(part, n - i * part);
-    c.dst = dst + i * part;
+    c.range_offset = r.offset;
+    c.range_len = r.n;
+    c.dst = r.dst;
     c.if_match = if_match;
     c.what = stoker::StrCat("GET ", uri, " bytes ", c.range_offset, "-",
                             c.range_offset + c.range_len - 1);
-    ptrs.push_back(&c);
+    lo = std::min(lo, r.offset);
+    hi = std::max(hi, r.offset + r.n);
   }
+  if (calls.empty()) return absl::OkStatus();
+  for (Call& c : calls) ptrs.push_back(&c);
   if (absl::Status s = impl_->Execute(ptrs); !s.ok()) return s;
   if (if_match.empty()) {
-    // Without a caller's ETag each part pinned its own; they must agree.
+    // Without a caller's ETag each request pinned its own; they must agree.
     for (const Call& c : calls) {
       if (s3i::StripQuotes(c.pinned_etag) != s3i::StripQuotes(calls[0].pinned_etag)) {
         return absl::FailedPreconditionError(
-            stoker::StrCat("S3 GET ", uri, " bytes ", offset, "-", offset + n - 1,
+            stoker::StrCat("S3 GET ", uri, " bytes ", lo, "-", hi - 1,
                            ": object modified during the read (parts saw ETags ",
                            calls[0].pinned_etag, " and ", c.pinned_etag, ")"));
       }
     }
+  }
+  if (seen != nullptr) {
+    seen->etag = s3i::StripQuotes(calls[0].pinned_etag.empty() ? calls[0].etag
+                                                                : calls[0].pinned_etag);
+    seen->size = calls[0].object_size;
   }
   return absl::OkStatus();
 }

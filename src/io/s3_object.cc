@@ -1,5 +1,7 @@
 // OpenS3Object (a ByteSource) and NewS3Writer (a WritableFile) over S3Client.
 #include <algorithm>
+#include <mutex>
+#include <vector>
 
 #include "io/s3.h"
 #include "io/s3_internal.h"
@@ -12,6 +14,11 @@ namespace {
 constexpr size_t kMinUploadPart = size_t{5} << 20;
 constexpr int kMaxParts = 10000;
 
+// Reads pin one version of the object: with an ETag known at open (from a
+// HEAD or the caller) every request carries If-Match; without one (opened
+// with a size only, no HEAD) the first answer's ETag is learned and every
+// later request carries it, and the first answers must agree on it and on
+// the object's size.
 class S3ObjectSource final : public ByteSource {
  public:
   S3ObjectSource(std::shared_ptr<S3Client> client, std::string bucket, std::string key,
@@ -24,25 +31,64 @@ class S3ObjectSource final : public ByteSource {
         name_(S3Uri(bucket_, key_)) {}
 
   absl::Status ReadAt(uint64_t offset, size_t n, char* dst) const override {
-    if (offset > size_ || n > size_ - offset) {
-      return absl::OutOfRangeError(stoker::StrCat("read of ", n, " bytes at offset ", offset,
-                                                  " is past the end of ", name_, " (", size_,
-                                                  " bytes)"));
-    }
-    return client_->GetRange(bucket_, key_, offset, n, dst, etag_);
+    const Range r{offset, n, dst};
+    return ReadRanges(std::span<const Range>(&r, 1));
   }
+
+  absl::Status ReadRanges(std::span<const Range> ranges) const override {
+    std::vector<S3Client::RangeRead> reads;
+    const size_t part = client_->config().part_size;
+    for (const Range& r : ranges) {
+      if (r.offset > size_ || r.n > size_ - r.offset) {
+        return absl::OutOfRangeError(stoker::StrCat("read of ", r.n, " bytes at offset ", r.offset,
+                                                    " is past the end of ", name_, " (", size_,
+                                                    " bytes)"));
+      }
+      for (uint64_t done = 0; done < r.n; done += part) {  // no request above part_size
+        reads.push_back({r.offset + done,
+                         static_cast<size_t>(std::min<uint64_t>(part, r.n - done)),
+                         r.dst + done});
+      }
+    }
+    const std::string pinned = version();
+    S3Client::ObjectSeen seen;
+    if (absl::Status s = client_->GetRanges(bucket_, key_, reads, pinned, &seen); !s.ok()) {
+      return s;
+    }
+    if (!pinned.empty() || reads.empty()) return absl::OkStatus();
+    if (seen.size && *seen.size != size_) {
+      return absl::FailedPreconditionError(stoker::StrCat(
+          name_, ": object modified: it has ", *seen.size, " bytes, expected ", size_));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (learned_etag_.empty()) {
+      learned_etag_ = seen.etag;
+    } else if (learned_etag_ != seen.etag) {
+      return absl::FailedPreconditionError(
+          stoker::StrCat(name_, ": object modified: ETag is now ", seen.etag,
+                         ", the first read saw ", learned_etag_));
+    }
+    return absl::OkStatus();
+  }
+
   uint64_t size() const override { return size_; }
   const std::string& name() const override { return name_; }
   size_t preferred_read_size() const override { return client_->config().part_size; }
-  std::string version() const override { return etag_; }
+  std::string version() const override {
+    if (!etag_.empty()) return etag_;
+    std::lock_guard<std::mutex> lock(mu_);
+    return learned_etag_;
+  }
 
  private:
   const std::shared_ptr<S3Client> client_;
   const std::string bucket_;
   const std::string key_;
   const uint64_t size_;
-  const std::string etag_;
+  const std::string etag_;  // from the HEAD or the caller; empty: learned
   const std::string name_;
+  mutable std::mutex mu_;
+  mutable std::string learned_etag_;  // guarded by mu_
 };
 
 class S3Writer final : public WritableFile {
@@ -166,7 +212,7 @@ absl::StatusOr<std::unique_ptr<ByteSource>> OpenS3Object(std::shared_ptr<S3Clien
                                                          std::string_view key,
                                                          std::optional<uint64_t> size,
                                                          std::optional<std::string> etag) {
-  if (!size || !etag || etag->empty()) {
+  if (!size) {
     absl::StatusOr<S3Client::Object> head = client->Head(bucket, key);
     if (!head.ok()) return head.status();
     if (head->etag.empty()) {
@@ -187,9 +233,9 @@ absl::StatusOr<std::unique_ptr<ByteSource>> OpenS3Object(std::shared_ptr<S3Clien
     size = head->size;
     etag = head->etag;
   }
-  return std::unique_ptr<ByteSource>(new S3ObjectSource(std::move(client), std::string(bucket),
-                                                        std::string(key), *size,
-                                                        s3_internal::StripQuotes(*etag)));
+  return std::unique_ptr<ByteSource>(
+      new S3ObjectSource(std::move(client), std::string(bucket), std::string(key), *size,
+                         etag ? s3_internal::StripQuotes(*etag) : std::string()));
 }
 
 absl::StatusOr<std::unique_ptr<WritableFile>> NewS3Writer(std::shared_ptr<S3Client> client,
