@@ -1,8 +1,12 @@
 """s3:// datasets against a real S3 API server (moto_server on 127.0.0.1).
 
 pack to S3, inspect, verify, and load in each input mode, byte-identical to
-the same dataset read locally; the node cache serves a second epoch.
+the same dataset read locally; the node cache serves a second epoch. Through
+src/io/testdata/fault_proxy.py: a network partition shorter and longer than
+the retry budget (../shared/RELIABILITY.md row N15).
 """
+import faulthandler
+import json
 import os
 import pathlib
 import shutil
@@ -18,6 +22,7 @@ import pytest
 import stoker
 
 MOTO = pathlib.Path(sys.executable).parent / "moto_server"
+FAULT_PROXY = pathlib.Path(__file__).resolve().parents[2] / "src/io/testdata/fault_proxy.py"
 
 
 def _free_port() -> int:
@@ -163,3 +168,239 @@ def test_pipe_with_shuffle_streams_each_shard_about_once(window, s3_dataset, min
     assert sorted(payloads) == want  # every sample once
     total = stoker.inspect(s3_dataset)["bytes"]
     assert loader.stats()["bytes_downloaded"] <= 1.5 * total
+
+
+# ---------------------------------------------------------------------------
+# N15: a partition shorter or longer than the retry budget, through the
+# fault proxy (its rule language is documented at the top of fault_proxy.py).
+
+
+class FaultProxy:
+    """fault_proxy.py in front of the module's moto_server."""
+
+    def __init__(self, moto_endpoint):
+        host, port = moto_endpoint.rsplit("//", 1)[1].split(":")
+        self.proc = subprocess.Popen([sys.executable, str(FAULT_PROXY), host, port],
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("PORT "):
+            self.proc.kill()
+            pytest.fail(f"fault_proxy.py did not start: {line!r}")
+        self.endpoint = f"http://127.0.0.1:{int(line.split()[1])}"
+
+    def rules(self, rules):
+        req = urllib.request.Request(self.endpoint + "/__fault__/rules",
+                                     data=json.dumps(rules).encode(), method="POST")
+        urllib.request.urlopen(req, timeout=5).read()
+
+    def log(self):
+        with urllib.request.urlopen(self.endpoint + "/__fault__/log", timeout=5) as r:
+            return json.loads(r.read())
+
+    def wait_until_up(self, timeout):
+        """After a "refuse" partition the proxy listens again; wait for it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                return self.log()
+            except OSError:
+                time.sleep(0.05)
+        pytest.fail("the fault proxy did not come back")
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def fault_proxy(s3):
+    # A new proxy, so a new endpoint: the loaders' S3 client for it is made
+    # (and reads AWS_MAX_ATTEMPTS) at its first use in this test.
+    proxy = FaultProxy(s3)
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture(scope="module")
+def s3_many_shards(s3, mini_src):
+    """The mini dataset in about 40 shards: more than any mode reads ahead."""
+    with pytest.warns(UserWarning, match="outside 1-128 MB"):
+        summary = stoker.pack(src=mini_src, dst="s3://data/mini-64k", shard_size=64 << 10)
+    assert summary["shards"] > 32
+    return "s3://data/mini-64k"
+
+
+# Dataset order: the error comes once the loader needs a shard it has not
+# fetched yet, and the plan (a pure function of seed and epoch) has an order
+# to keep across the restart.
+_PARTITION_KWARGS = dict(batch_size=8, decode="raw", output="numpy", shuffle=False,
+                         prefetch=1, threads=2)
+
+
+def _payloads(loader):
+    return [p for batch, _ in loader for p in batch]
+
+
+def _planned_epoch(dataset, mode, tmp_path):
+    """Epoch 0 in order, read straight from moto: what every run must deliver."""
+    return _payloads(stoker.Loader(dataset, mode=mode, cache_dir=tmp_path / "direct",
+                                   **_PARTITION_KWARGS))
+
+
+def _partition(seconds):
+    """The store goes down at the next GET, for `seconds`."""
+    return [{"method": "GET", "action": "partition", "mode": "refuse", "seconds": seconds}]
+
+
+@pytest.mark.parametrize("mode", ["pipe", "fastfile"])
+def test_partition_shorter_than_the_retry_budget_is_ridden_out(
+        mode, s3_many_shards, fault_proxy, monkeypatch, tmp_path):
+    planned = _planned_epoch(s3_many_shards, mode, tmp_path)
+    # 19 retries of 50 ms to 5 s backoff (full jitter) outlast 0.5 s by far.
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "20")
+    loader = stoker.Loader(s3_many_shards, mode=mode, endpoint_url=fault_proxy.endpoint,
+                           cache_dir=tmp_path / "cache", **_PARTITION_KWARGS)
+    got = []
+    faulthandler.dump_traceback_later(60, exit=True)  # a hang fails, loudly
+    try:
+        for batch, _ in loader:
+            if not got:  # the link goes down after the first batch
+                fault_proxy.rules(_partition(0.5))
+            got.extend(batch)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    actions = [e["action"] for e in fault_proxy.log()]
+    assert actions.count("partition") == 1, "no fetch after the first batch: nothing was tested"
+    assert got == planned  # every sample once, in plan order, same bytes
+
+
+@pytest.mark.parametrize("mode", ["pipe", "fastfile"])
+def test_partition_longer_than_the_retry_budget_is_a_clear_error_then_resumes(
+        mode, s3_many_shards, fault_proxy, monkeypatch, tmp_path):
+    planned = _planned_epoch(s3_many_shards, mode, tmp_path)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")  # about 0.15 s of retries
+    partition = 3.0
+    kwargs = dict(_PARTITION_KWARGS, mode=mode, endpoint_url=fault_proxy.endpoint,
+                  cache_dir=tmp_path / "cache")
+    loader = stoker.Loader(s3_many_shards, **kwargs)
+    got, last_good = [], loader.state_dict()
+    faulthandler.dump_traceback_later(60, exit=True)
+    try:
+        with pytest.raises(stoker.StokerError) as failure:
+            for batch, _ in loader:
+                if not got:
+                    fault_proxy.rules(_partition(partition))
+                    start = time.monotonic()
+                got.extend(batch)
+                last_good = loader.state_dict()
+        failed_after = time.monotonic() - start
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    # Clear and bounded: it names the object and the cause, and comes long
+    # before the store is back; never "not found".
+    message = str(failure.value)
+    # ("gave up after 3 attempts", or sooner once the process-wide retry
+    # budget is spent by the failures of the earlier tests.)
+    assert "s3://data/mini-64k/shard-" in message and "gave up after" in message, message
+    assert not isinstance(failure.value, FileNotFoundError)
+    assert failed_after < partition - 1
+    assert 0 < len(got) < len(planned)  # mid-epoch
+
+    fault_proxy.wait_until_up(partition + 5)
+    resumed = stoker.Loader(s3_many_shards, **kwargs)
+    resumed.load_state_dict(last_good)
+    rest = _payloads(resumed)
+    # Exactly once across the two loaders: nothing lost, nothing twice, in
+    # plan order, same bytes.
+    assert got + rest == planned
+
+
+
+# Bug A (src/pipeline/loader.cc, LoaderImpl::Next): a batch that failed with
+# any error but Cancelled counts as delivered (++batches_done_), which is
+# right for a damaged sample under on_error="raise" but not for a store that
+# was unreachable (Unavailable): state_dict() taken after the error, and the
+# next iteration of the same loader, start one batch later and lose it.
+_BUG_A = ("loader.cc Next() counts a batch that failed with Unavailable as delivered: "
+          "the state after the error skips that batch")
+# Bug B (src/io/remote_sources.cc, StreamingSource::GetPart): a part that the
+# read-ahead thread failed to load keeps its error, and the first later read
+# of it returns that stale error even after the link is back ("the next read
+# tries again"), so the pipe loader that failed fails again once more.
+_BUG_B = ("remote_sources.cc GetPart returns the stale error of a failed read-ahead part "
+          "instead of loading it again")
+# Bug C (src/pipeline/loader.cc, LoaderImpl::Finish): on_error="skip" skips
+# every sample whose read failed, whatever the cause: an outage longer than
+# the retry budget ends the epoch "complete" with most samples skipped.
+_BUG_C = ("loader.cc Finish() applies on_error='skip' to Unavailable reads: an outage "
+          "skips samples instead of raising")
+
+
+def _fail_mid_epoch(loader, proxy, seconds):
+    """Iterates until the partition (from the second batch on) stops it."""
+    got = []
+    with pytest.raises(stoker.StokerError, match="gave up after"):
+        for batch, _ in loader:
+            if not got:
+                proxy.rules(_partition(seconds))
+            got.extend(batch)
+    return got
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=_BUG_A)
+@pytest.mark.parametrize("mode", ["pipe", "fastfile"])
+def test_state_taken_after_a_partition_error_resumes_exactly_once(
+        mode, s3_many_shards, fault_proxy, monkeypatch, tmp_path):
+    planned = _planned_epoch(s3_many_shards, mode, tmp_path)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
+    kwargs = dict(_PARTITION_KWARGS, mode=mode, endpoint_url=fault_proxy.endpoint,
+                  cache_dir=tmp_path / "cache")
+    loader = stoker.Loader(s3_many_shards, **kwargs)
+    got = _fail_mid_epoch(loader, fault_proxy, 2.0)
+    after_error = loader.state_dict()  # what a training loop saves on its way out
+    fault_proxy.wait_until_up(10)
+    resumed = stoker.Loader(s3_many_shards, **kwargs)
+    resumed.load_state_dict(after_error)
+    assert got + _payloads(resumed) == planned
+
+
+@pytest.mark.parametrize("mode", [
+    # Bug B shows as the stale StokerError, bug A as the lost batch.
+    pytest.param("pipe", marks=pytest.mark.xfail(
+        strict=True, raises=(AssertionError, stoker.StokerError), reason=_BUG_A + "; " + _BUG_B)),
+    pytest.param("fastfile", marks=pytest.mark.xfail(strict=True, raises=AssertionError,
+                                                     reason=_BUG_A)),
+])
+def test_the_loader_that_failed_continues_once_the_link_is_back(
+        mode, s3_many_shards, fault_proxy, monkeypatch, tmp_path):
+    planned = _planned_epoch(s3_many_shards, mode, tmp_path)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
+    loader = stoker.Loader(s3_many_shards, mode=mode, endpoint_url=fault_proxy.endpoint,
+                           cache_dir=tmp_path / "cache", **_PARTITION_KWARGS)
+    got = _fail_mid_epoch(loader, fault_proxy, 2.0)
+    fault_proxy.wait_until_up(10)
+    assert got + _payloads(loader) == planned
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=_BUG_C)
+@pytest.mark.parametrize("mode", ["pipe", "fastfile"])
+def test_an_outage_is_an_error_even_when_damaged_samples_are_skipped(
+        mode, s3_many_shards, fault_proxy, monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
+    loader = stoker.Loader(s3_many_shards, mode=mode, endpoint_url=fault_proxy.endpoint,
+                           cache_dir=tmp_path / "cache", on_error="skip", **_PARTITION_KWARGS)
+    got, error = [], None
+    try:
+        for batch, _ in loader:
+            if not got:
+                fault_proxy.rules(_partition(2.0))
+            got.extend(batch)
+    except stoker.StokerError as e:
+        error = e
+    finally:
+        fault_proxy.wait_until_up(10)
+    skipped = loader.stats()["skipped"]
+    assert error is not None and "gave up after" in str(error), (
+        f"the epoch ended without an error, {skipped} samples skipped")
+    assert skipped == 0

@@ -120,7 +120,9 @@ class S3RetryBudget {
 };
 
 struct S3RetryOptions {
-  // Attempts per request, the first included. Default 10. With the default
+  // Attempts per request, the first included. Default 10. FromEnvironment:
+  // AWS_MAX_ATTEMPTS, then max_attempts in the profile's config section (the
+  // AWS SDKs' names), a positive integer. With the default
   // backoff a request gives up after at most about 16 s of waiting (plus the
   // attempts themselves, each bounded by stall_seconds while no byte moves).
   int max_attempts = 10;

@@ -1,7 +1,9 @@
 // S3 URIs, configuration from the environment, the retry budget, stats.
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdlib>
+#include <system_error>
 
 #include "io/s3.h"
 #include "io/s3_internal.h"
@@ -350,6 +352,25 @@ absl::StatusOr<S3Config> S3Config::FromEnvironment(const S3ConfigOverrides& over
     config.ca_bundle = *ca2;
   }
   config.anonymous = overrides.anonymous;
+  {
+    // The AWS SDKs' names for the attempt limit (the first attempt included).
+    std::string source = "AWS_MAX_ATTEMPTS";
+    std::optional<std::string> v = env("AWS_MAX_ATTEMPTS");
+    if (!v) {
+      v = Lookup(config_file->ini, config_section, "max_attempts");
+      source = stoker::StrCat("max_attempts in ", config_file->path);
+    }
+    if (v) {
+      int n = 0;
+      const char* end = v->data() + v->size();
+      auto [ptr, ec] = std::from_chars(v->data(), end, n);
+      if (ec != std::errc() || ptr != end || n < 1) {
+        return absl::InvalidArgumentError(
+            stoker::StrCat(source, " '", *v, "' is not a positive integer"));
+      }
+      config.retry.max_attempts = n;
+    }
+  }
 
   if (!config.anonymous) {
     std::optional<std::string> id = env("AWS_ACCESS_KEY_ID");

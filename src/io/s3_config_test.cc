@@ -307,6 +307,38 @@ TEST_F(S3ConfigEnvTest, MissingCredentialsNameWhereTheyWereSought) {
   EXPECT_TRUE(Contains(c.status().message(), "sso_start_url")) << c.status();
 }
 
+TEST_F(S3ConfigEnvTest, MaxAttemptsFromTheEnvironmentOrTheProfile) {
+  env_["AWS_ACCESS_KEY_ID"] = "AK";
+  env_["AWS_SECRET_ACCESS_KEY"] = "SK";
+  Write("config", "[default]\nmax_attempts = 4\n[profile dev]\nmax_attempts = 6\n");
+  absl::StatusOr<S3Config> c = Load();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->retry.max_attempts, 4);
+  env_["AWS_PROFILE"] = "dev";
+  c = Load();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->retry.max_attempts, 6);
+  env_["AWS_MAX_ATTEMPTS"] = "2";  // the environment beats the profile
+  c = Load();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->retry.max_attempts, 2);
+  env_["AWS_MAX_ATTEMPTS"] = "";  // empty counts as unset
+  c = Load();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->retry.max_attempts, 6);
+  for (const char* bad : {"0", "-1", "3x", "ten", " 3", "99999999999"}) {
+    env_["AWS_MAX_ATTEMPTS"] = bad;
+    c = Load();
+    EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << bad << ": " << c.status();
+    EXPECT_TRUE(Contains(c.status().message(), "AWS_MAX_ATTEMPTS")) << c.status();
+  }
+  env_.erase("AWS_MAX_ATTEMPTS");
+  Write("config", "[profile dev]\nmax_attempts = many\n");
+  c = Load();
+  EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), "max_attempts in ")) << c.status();
+}
+
 TEST_F(S3ConfigEnvTest, InvalidEndpointOrRegionIsAConfigurationError) {
   env_["AWS_ACCESS_KEY_ID"] = "AK";
   env_["AWS_SECRET_ACCESS_KEY"] = "SK";

@@ -10,6 +10,7 @@
 
 #include <curl/curl.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -351,6 +352,17 @@ class S3Test : public ::testing::Test {
       if (e.method == method) out.push_back(std::move(e));
     }
     return out;
+  }
+
+  // Waits until the proxy's control endpoint answers (after a "refuse"
+  // partition it listens again); false after `timeout_s`.
+  bool WaitForProxy(double timeout_s) {
+    Clock::time_point start = Clock::now();
+    while (SecondsSince(start) < timeout_s) {
+      if (Http("GET", servers_->proxy_url + "/__fault__/log", "", {}).status == 200) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
   }
 
   // Uploads `data` under `key` straight to moto.
@@ -902,6 +914,208 @@ TEST_F(S3Test, N8_StallsAreAbortedAndRetried) {
   EXPECT_TRUE(Contains(s.message(), "stalled")) << s;
   ExpectClean(s, "obj");
   EXPECT_LT(SecondsSince(start), 2.5);
+}
+
+// Bytes the process's heap has handed out and not taken back (malloc and
+// new, every arena, mmapped blocks included). Unlike VmRSS it does not hide
+// a new buffer that lands on pages an earlier test freed but kept resident.
+uint64_t HeapInUse() {
+  struct mallinfo2 m = ::mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+// Samples HeapInUse() every few milliseconds until destroyed; peak() is the
+// most it saw.
+class HeapPeakSampler {
+ public:
+  HeapPeakSampler() : peak_(HeapInUse()), thread_([this] {
+    while (!done_.load()) {
+      uint64_t now = HeapInUse();
+      uint64_t p = peak_.load();
+      while (now > p && !peak_.compare_exchange_weak(p, now)) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }) {}
+  ~HeapPeakSampler() { Stop(); }
+  void Stop() {
+    done_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  uint64_t peak() const { return peak_.load(); }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::atomic<uint64_t> peak_;
+  std::thread thread_;
+};
+
+TEST_F(S3Test, N9_SlowLinkCompletesWithoutFalseStallsAndMemoryStaysFlat) {
+  // 192 KiB at 64 KiB/s: about 3 s for the whole body, a slice of 3.2 KiB
+  // every 50 ms. stall_seconds = 0.5 is ten times the gap between slices and
+  // a sixth of the transfer, so only a monitor of bytes moving passes; a
+  // timeout on the whole request would abort every attempt.
+  S3Config config = Config(true);
+  config.stall_seconds = 0.5;
+  std::shared_ptr<S3Client> client = Client(config);
+  const size_t n = 192 << 10;
+  const uint64_t offset = 1000;
+  const std::string data = RandomBytes(n + 2 * offset, 15);
+  Put("obj", data);
+  std::string buf(n, '\0');
+  // Warm-up at full speed: the session, its connection and its curl handle
+  // exist before the measured reads.
+  ASSERT_TRUE(client->GetRange(bucket_, "obj", offset, n, buf.data()).ok());
+  std::fill(buf.begin(), buf.end(), '\0');
+  SetRules({{{"method", "GET"},
+             {"action", "bandwidth"},
+             {"bytes_per_second", 64 << 10},
+             {"times", -1}}});
+
+  // The most the heap grows during a read of `len` bytes through the link.
+  auto read = [&](size_t len, double* seconds) -> uint64_t {
+    HeapPeakSampler sampler;
+    const uint64_t before = HeapInUse();
+    Clock::time_point start = Clock::now();
+    absl::Status s = client->GetRange(bucket_, "obj", offset, len, buf.data());
+    *seconds = SecondsSince(start);
+    sampler.Stop();
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(buf.compare(0, len, data, offset, len) == 0) << "bytes differ";
+    return sampler.peak() > before ? sampler.peak() - before : 0;
+  };
+  // A short read first: what a transfer costs whatever its size (curl's
+  // receive buffer and the request's state).
+  const size_t small = 16 << 10;
+  double seconds = 0;
+  const uint64_t small_growth = read(small, &seconds);
+  const uint64_t growth = read(n, &seconds);
+
+  // The cap was in force: the read took far longer than stall_seconds.
+  EXPECT_GT(seconds, 2.5);
+  EXPECT_LT(seconds, 8.0);
+  const S3KindStats get = client->stats()[S3RequestKind::kGet];
+  EXPECT_EQ(get.stalls, 0u);
+  EXPECT_EQ(get.retries, 0u);
+  std::vector<LogEntry> gets = ProxyLog("GET");
+  ASSERT_EQ(gets.size(), 2u);
+  EXPECT_EQ(gets[1].action, "bandwidth");
+  // Memory stays flat: the body goes straight into `buf`, so 12 times the
+  // bytes cost no more heap than the short read. A client that kept its own
+  // copy of the body, or queued what the socket delivered, would grow by
+  // about n - small.
+  EXPECT_LT(growth, small_growth + (n - small) / 2)
+      << "heap grew by " << growth << " bytes during a read of " << n << ", by " << small_growth
+      << " during a read of " << small;
+}
+
+// N15 with the store down ("refuse": connections refused or closed) and with
+// packets dropped ("drop": accepted, never answered). The proxy starts the
+// partition at the first GET, which is its first casualty.
+nlohmann::json Partition(const std::string& mode, double seconds) {
+  return nlohmann::json::array(
+      {{{"method", "GET"}, {"action", "partition"}, {"mode", mode}, {"seconds", seconds}}});
+}
+
+TEST_F(S3Test, N15_ShortPartitionIsRiddenOutByteIdentical) {
+  // Store down for 0.5 s. 19 retries of up to 0.2 s of backoff each wait
+  // 1.9 s on average: the retries outlast the partition.
+  S3Config config = Config(true);
+  config.part_size = 256 << 10;
+  config.max_parallel_parts = 4;
+  config.retry.max_attempts = 20;
+  config.retry.base_backoff_seconds = 0.1;
+  config.retry.max_backoff_seconds = 0.2;
+  std::shared_ptr<S3Client> client = Client(config);
+  const std::string data = RandomBytes(1 << 20, 16);
+  Put("obj", data);
+  SetRules(Partition("refuse", 0.5));
+  Clock::time_point start = Clock::now();
+  std::string buf(data.size(), '\0');
+  absl::Status s = client->GetRange(bucket_, "obj", 0, data.size(), buf.data());
+  const double seconds = SecondsSince(start);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(buf == data) << "bytes differ";
+  EXPECT_GE(seconds, 0.5);  // nothing got through before the store was back
+  EXPECT_LT(seconds, 5.0);
+  EXPECT_GE(client->stats()[S3RequestKind::kGet].retries, 1u);
+  EXPECT_EQ(client->stats()[S3RequestKind::kGet].failures, 0u);
+  std::vector<LogEntry> gets = ProxyLog("GET");
+  ASSERT_FALSE(gets.empty());
+  EXPECT_EQ(gets[0].action, "partition");
+
+  // Packets dropped for 1.2 s, stall_seconds 0.4: the silent attempts are
+  // aborted as stalls and retried until one gets through, byte-identical.
+  config.stall_seconds = 0.4;
+  client = Client(config);
+  SetRules(Partition("drop", 1.2));
+  std::fill(buf.begin(), buf.end(), '\0');
+  start = Clock::now();
+  s = client->GetRange(bucket_, "obj", 0, data.size(), buf.data());
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(buf == data) << "bytes differ";
+  EXPECT_GE(SecondsSince(start), 1.2);
+  EXPECT_LT(SecondsSince(start), 6.0);
+  EXPECT_GE(client->stats()[S3RequestKind::kGet].stalls, 1u);
+  EXPECT_EQ(client->stats()[S3RequestKind::kGet].failures, 0u);
+
+  // Dropped for less than stall_seconds: a pause, not a fault.
+  config.stall_seconds = 1.0;
+  client = Client(config);
+  SetRules(Partition("drop", 0.3));
+  std::fill(buf.begin(), buf.end(), '\0');
+  s = client->GetRange(bucket_, "obj", 0, data.size(), buf.data());
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(buf == data) << "bytes differ";
+  EXPECT_EQ(client->stats()[S3RequestKind::kGet].stalls, 0u);
+  EXPECT_EQ(client->stats()[S3RequestKind::kGet].retries, 0u);
+}
+
+TEST_F(S3Test, N15_LongPartitionIsACleanBoundedErrorAndTheNextReadSucceeds) {
+  // The fixture's budget: 4 attempts with backoffs of at most 50 ms.
+  std::shared_ptr<S3Client> client = Proxied();
+  const std::string data = RandomBytes(300000, 17);
+  Put("obj", data);
+  std::string buf(data.size(), '\0');
+
+  // Store down for 2 s: the read gives up long before the store is back.
+  SetRules(Partition("refuse", 2.0));
+  Clock::time_point start = Clock::now();
+  absl::Status s = client->GetRange(bucket_, "obj", 0, data.size(), buf.data());
+  EXPECT_TRUE(absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) << s;
+  ExpectClean(s, "obj");
+  EXPECT_TRUE(Contains(s.message(), "4 attempts")) << s;
+  EXPECT_LT(SecondsSince(start), 1.5);
+  EXPECT_EQ(client->stats()[S3RequestKind::kGet].failures, 1u);
+  // Once it is back, the same client reads again (no broken connection
+  // kept in its pool, no state left from the failure).
+  ASSERT_TRUE(WaitForProxy(10)) << "the proxy did not come back";
+  EXPECT_GE(SecondsSince(start), 1.9);
+  std::fill(buf.begin(), buf.end(), '\0');
+  s = client->GetRange(bucket_, "obj", 0, data.size(), buf.data());
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(buf == data) << "bytes differ";
+
+  // Packets dropped for 2.5 s: every attempt stalls; 3 attempts of 0.3 s.
+  S3Config config = Config(true);
+  config.stall_seconds = 0.3;
+  config.retry.max_attempts = 3;
+  client = Client(config);
+  SetRules(Partition("drop", 2.5));
+  start = Clock::now();
+  s = client->GetRange(bucket_, "obj", 1000, 5000, buf.data());
+  EXPECT_TRUE(absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) << s;
+  ExpectClean(s, "obj");
+  EXPECT_TRUE(Contains(s.message(), "stalled")) << s;
+  EXPECT_TRUE(Contains(s.message(), "3 attempts")) << s;
+  EXPECT_GE(SecondsSince(start), 0.9);
+  EXPECT_LT(SecondsSince(start), 2.0);
+  EXPECT_EQ(client->stats()[S3RequestKind::kGet].stalls, 3u);
+  std::this_thread::sleep_until(start + std::chrono::milliseconds(2600));
+  std::fill(buf.begin(), buf.end(), '\0');
+  s = client->GetRange(bucket_, "obj", 1000, 5000, buf.data());
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(buf.substr(0, 5000) == data.substr(1000, 5000)) << "bytes differ";
 }
 
 TEST_F(S3Test, N10_TruncatedBodyIsRetriedNeverAShortSuccess) {

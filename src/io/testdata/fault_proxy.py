@@ -43,6 +43,25 @@ first applicable rule in list order wins. Actions ("action" plus parameters):
     shift_content_range  forward; move Content-Range's first byte up by one
     drop_etag            forward; remove the ETag header
     endless              answer "status" with a chunked body that never ends
+    bandwidth            forward; send the headers, then the body at
+                         "bytes_per_second" (default 65536) in slices every
+                         "tick" seconds (default 0.05): a slow link whose bytes
+                         keep moving (N9)
+    partition            start a network partition of "seconds" (default 1)
+                         now; this request is its first casualty (N15).
+                         "mode":
+                           "refuse" (default): the store is down. The proxy
+                             stops listening, so new connections are refused,
+                             closes every open client connection without an
+                             answer (this one included), and listens again on
+                             the same port once the time is up. The control
+                             endpoint is unreachable meanwhile.
+                           "drop": packets are dropped (as `nft drop`).
+                             Connections are accepted but no request gets an
+                             answer while the partition lasts; a request whose
+                             client still waits when it ends is then served
+                             (TCP retransmission getting through). Control
+                             requests are still answered.
 """
 import base64
 import json
@@ -58,6 +77,10 @@ LOCK = threading.Lock()
 RULES = []
 LOG = []
 CONN_IDS = iter(range(1, 1 << 30))
+# The current partition (rule action "partition"): its mode and when it ends
+# (time.monotonic()). Guarded by LOCK, as is OPEN (client sockets now open).
+PARTITION = {"mode": None, "until": 0.0}
+OPEN = set()
 
 
 class Closed(Exception):
@@ -204,6 +227,62 @@ def wait_or_client_gone(sock, seconds):
             return
 
 
+def partition_mode():
+    """The mode of the partition in force now, or None."""
+    with LOCK:
+        if time.monotonic() < PARTITION["until"]:
+            return PARTITION["mode"]
+        return None
+
+
+def start_partition(rule, server, own_sock):
+    mode = rule.get("mode", "refuse")
+    if mode not in ("refuse", "drop"):
+        raise ValueError("partition mode %r is not refuse or drop" % mode)
+    with LOCK:
+        PARTITION["mode"] = mode
+        PARTITION["until"] = time.monotonic() + float(rule.get("seconds", 1))
+        others = [s for s in OPEN if s is not own_sock]
+    if mode == "refuse":
+        # serve_forever returns, main() closes the listening socket, waits for
+        # the partition to end and listens again. shutdown() blocks until the
+        # loop has stopped, so it runs on a thread of its own.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+        for s in others:
+            try:
+                s.shutdown(socket.SHUT_RDWR)  # wakes its handler, which closes it
+            except OSError:
+                pass
+
+
+def hold_while_dropped(sock):
+    """Waits while a "drop" partition lasts; False when the client hung up."""
+    sock.settimeout(0.05)
+    try:
+        while partition_mode() == "drop":
+            try:
+                if not sock.recv(65536):
+                    return False
+            except socket.timeout:
+                continue
+            except OSError:
+                return False
+        return True
+    finally:
+        sock.settimeout(None)
+
+
+def send_paced(sock, data, bytes_per_second, tick):
+    """Sends `data` at about `bytes_per_second`, one slice per `tick` seconds."""
+    step = max(1, int(bytes_per_second * tick))
+    start = time.monotonic()
+    for i, pos in enumerate(range(0, len(data), step)):
+        delay = start + i * tick - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        sock.sendall(data[pos:pos + step])
+
+
 def reset(sock):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
@@ -214,6 +293,8 @@ class Handler(socketserver.BaseRequestHandler):
         sock = self.request
         conn = next(CONN_IDS)
         buf = b""
+        with LOCK:
+            OPEN.add(sock)
         try:
             while True:
                 head, buf = read_head(sock, buf)
@@ -231,6 +312,9 @@ class Handler(socketserver.BaseRequestHandler):
                     return
         except (Closed, ConnectionError, OSError):
             return
+        finally:
+            with LOCK:
+                OPEN.discard(sock)
 
     def control(self, sock, method, path, body):
         global RULES, LOG
@@ -250,12 +334,35 @@ class Handler(socketserver.BaseRequestHandler):
     def proxy(self, sock, conn, method, target, path, query, headers, body):
         """Serves one request; returns False when the connection is done."""
         has_range = get_header(headers, "range") is not None
+
+        def log(action):
+            with LOCK:
+                LOG.append({"conn": conn, "method": method, "path": path, "query": query,
+                            "range": get_header(headers, "range") or "",
+                            "if_match": get_header(headers, "if-match") or "",
+                            "action": action})
+
+        mode = partition_mode()
+        if mode == "refuse":  # accepted just before the listener closed
+            log("refused")
+            sock.close()
+            return False
+        if mode == "drop":
+            log("dropped")
+            if not hold_while_dropped(sock):
+                return False
         rule = choose_rule(method, path, query, has_range)
         action = rule["action"] if rule else "pass"
-        with LOCK:
-            LOG.append({"conn": conn, "method": method, "path": path, "query": query,
-                        "range": get_header(headers, "range") or "",
-                        "if_match": get_header(headers, "if-match") or "", "action": action})
+        log(action)
+
+        if action == "partition":
+            start_partition(rule, self.server, sock)
+            if rule.get("mode", "refuse") == "refuse":
+                sock.close()
+                return False
+            if not hold_while_dropped(sock):
+                return False
+            action = "pass"
 
         if action == "status" or action == "error_in_200":
             status = rule.get("status", 503) if action == "status" else 200
@@ -308,6 +415,10 @@ class Handler(socketserver.BaseRequestHandler):
         if method != "HEAD":
             rheaders = set_content_length(rheaders, len(rbody))
 
+        if action == "bandwidth":
+            sock.sendall(response_head(status, reason, rheaders, True))
+            send_paced(sock, rbody, rule.get("bytes_per_second", 65536), rule.get("tick", 0.05))
+            return True
         if action in ("reset", "truncate", "stall"):
             after = min(rule.get("after", 0), len(rbody))
             sock.sendall(response_head(status, reason, rheaders, False) + rbody[:after])
@@ -330,10 +441,30 @@ class Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
 
+def listen(port):
+    """A server on `port` (0: a free one); retries while the port is busy."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return Server(("127.0.0.1", port), Handler)
+        except OSError:
+            if port == 0 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def main():
-    server = Server(("127.0.0.1", 0), Handler)
-    print("PORT %d" % server.server_address[1], flush=True)
-    server.serve_forever()
+    server = listen(0)
+    port = server.server_address[1]
+    print("PORT %d" % port, flush=True)
+    while True:
+        server.serve_forever(poll_interval=0.05)
+        # A "refuse" partition stopped the loop: nobody listens until it ends.
+        server.server_close()
+        with LOCK:
+            until = PARTITION["until"]
+        time.sleep(max(0.0, until - time.monotonic()))
+        server = listen(port)
 
 
 if __name__ == "__main__":
