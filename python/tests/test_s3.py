@@ -317,24 +317,11 @@ def test_partition_longer_than_the_retry_budget_is_a_clear_error_then_resumes(
 
 
 
-# Bug A (src/pipeline/loader.cc, LoaderImpl::Next): a batch that failed with
-# any error but Cancelled counts as delivered (++batches_done_), which is
-# right for a damaged sample under on_error="raise" but not for a store that
-# was unreachable (Unavailable): state_dict() taken after the error, and the
-# next iteration of the same loader, start one batch later and lose it.
-_BUG_A = ("loader.cc Next() counts a batch that failed with Unavailable as delivered: "
-          "the state after the error skips that batch")
-# Bug B (src/io/remote_sources.cc, StreamingSource::GetPart): a part that the
-# read-ahead thread failed to load keeps its error, and the first later read
-# of it returns that stale error even after the link is back ("the next read
-# tries again"), so the pipe loader that failed fails again once more.
-_BUG_B = ("remote_sources.cc GetPart returns the stale error of a failed read-ahead part "
-          "instead of loading it again")
-# Bug C (src/pipeline/loader.cc, LoaderImpl::Finish): on_error="skip" skips
-# every sample whose read failed, whatever the cause: an outage longer than
-# the retry budget ends the epoch "complete" with most samples skipped.
-_BUG_C = ("loader.cc Finish() applies on_error='skip' to Unavailable reads: an outage "
-          "skips samples instead of raising")
+# After an outage longer than the retry budget the failed batch is not
+# counted as delivered (state_dict() taken after the error resumes from it,
+# and the same loader continues from it once the link is back), a read-ahead
+# part that failed is loaded again rather than its old error returned, and
+# on_error="skip" never skips samples because the store was unreachable.
 
 
 def _fail_mid_epoch(loader, proxy, seconds):
@@ -348,7 +335,6 @@ def _fail_mid_epoch(loader, proxy, seconds):
     return got
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=_BUG_A)
 @pytest.mark.parametrize("mode", ["pipe", "fastfile"])
 def test_state_taken_after_a_partition_error_resumes_exactly_once(
         mode, s3_many_shards, fault_proxy, monkeypatch, tmp_path):
@@ -365,13 +351,7 @@ def test_state_taken_after_a_partition_error_resumes_exactly_once(
     assert got + _payloads(resumed) == planned
 
 
-@pytest.mark.parametrize("mode", [
-    # Bug B shows as the stale StokerError, bug A as the lost batch.
-    pytest.param("pipe", marks=pytest.mark.xfail(
-        strict=True, raises=(AssertionError, stoker.StokerError), reason=_BUG_A + "; " + _BUG_B)),
-    pytest.param("fastfile", marks=pytest.mark.xfail(strict=True, raises=AssertionError,
-                                                     reason=_BUG_A)),
-])
+@pytest.mark.parametrize("mode", ["pipe", "fastfile"])
 def test_the_loader_that_failed_continues_once_the_link_is_back(
         mode, s3_many_shards, fault_proxy, monkeypatch, tmp_path):
     planned = _planned_epoch(s3_many_shards, mode, tmp_path)
@@ -383,7 +363,6 @@ def test_the_loader_that_failed_continues_once_the_link_is_back(
     assert got + _payloads(loader) == planned
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=_BUG_C)
 @pytest.mark.parametrize("mode", ["pipe", "fastfile"])
 def test_an_outage_is_an_error_even_when_damaged_samples_are_skipped(
         mode, s3_many_shards, fault_proxy, monkeypatch, tmp_path):

@@ -272,10 +272,12 @@ struct Dataset::Remote {
   // The reader of shard s, opening it on first use. An error opening it is
   // kept (every later read of the shard returns it, naming the shard),
   // unless the store was unreachable: then the next read tries again.
-  absl::StatusOr<const shard::ShardReader*> Reader(uint64_t s) {
+  // `from_read`: called by a read of the shard (not by the read-ahead),
+  // which moves the read-ahead window.
+  absl::StatusOr<const shard::ShardReader*> Reader(uint64_t s, bool from_read = true) {
     Slot& slot = *slots[s];
     if (const shard::ShardReader* r = slot.ready.load(std::memory_order_acquire)) {
-      NoteRead(s, slot);
+      if (from_read) NoteRead(s, slot);
       return r;
     }
     std::lock_guard<std::mutex> lock(slot.mu);
@@ -292,7 +294,7 @@ struct Dataset::Remote {
         slot.error = r.status();
       }
     }
-    NoteRead(s, slot);
+    if (from_read) NoteRead(s, slot);
     if (!slot.error.ok()) return slot.error;
     return slot.reader.get();
   }
@@ -389,7 +391,7 @@ struct Dataset::Remote {
       if (stop) return;
       const uint64_t s = order[next++];
       lock.unlock();
-      (void)Reader(s);  // an error resurfaces when the shard is read
+      (void)Reader(s, /*from_read=*/false);  // an error resurfaces when the shard is read
       lock.lock();
     }
   }

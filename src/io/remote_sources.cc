@@ -269,6 +269,7 @@ class StreamingSource final : public StreamingByteSource {
   // REQUIRES: lock held on mu_.
   absl::StatusOr<std::shared_ptr<const PartBuffer>> GetPart(
       uint64_t p, std::unique_lock<std::mutex>& lock) const {
+    bool fresh = false;  // this read loaded the part or waited for its load
     for (;;) {
       if (p < head_) {  // another reader moved the ring past p: read it alone
         lock.unlock();
@@ -281,16 +282,19 @@ class StreamingSource final : public StreamingByteSource {
       auto it = parts_map_.find(p);
       if (it == parts_map_.end()) {
         Load(p, lock);
+        fresh = true;
         continue;
       }
       if (it->second.loading) {
         cv_.wait(lock);
+        fresh = true;
         continue;
       }
       if (!it->second.status.ok()) {
         absl::Status s = it->second.status;
         parts_map_.erase(it);  // the next read tries again
-        return s;
+        if (fresh) return s;
+        continue;  // an earlier load's error (the link may be back): load again
       }
       return it->second.data;
     }

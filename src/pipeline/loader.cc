@@ -157,8 +157,14 @@ class LoaderImpl final : public Loader {
       first_batch_seconds_ = std::chrono::duration<double>(Clock::now() - created_).count();
     }
     if (!item.ok()) {
+      if (IsTransient(item.status())) {
+        // The store was unreachable: the batch was not delivered. Stop, so
+        // that the next call (or a state_dict taken now) starts from it.
+        Stop();
+        return item.status();
+      }
       // A damaged batch counts as delivered: the next call gets the batch after it.
-      if (!absl::IsCancelled(item.status())) ++batches_done_;
+      ++batches_done_;
       return item.status();
     }
     if (!*item) {  // the pipeline ended early (cannot happen without an error)
@@ -474,7 +480,8 @@ class LoaderImpl final : public Loader {
     for (uint32_t i = 0; i < b.size; ++i) {
       const absl::Status& s = build.slot_status[i];
       if (!s.ok()) {
-        if (o_.on_error == OnError::kRaise) return s;
+        // An unreachable store is not a damaged sample: never skipped.
+        if (o_.on_error == OnError::kRaise || IsTransient(s)) return s;
         ++stats_.skipped;
         std::lock_guard<std::mutex> lock(stats_.mu);
         stats_.skipped_keys.push_back(StrCat(build.slot_key[i], ": ", s.message()));
