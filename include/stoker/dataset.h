@@ -83,8 +83,8 @@ struct DatasetOptions {
   // block spans (+1) plus pipe_warm_ahead started ahead (at least
   // pipe_active_shards; the least recently read one gives its ring back):
   // memory stays under their product.
-  size_t pipe_part_bytes = size_t{4} << 20;
-  int pipe_parts = 4;
+  size_t pipe_part_bytes = size_t{2} << 20;
+  int pipe_parts = 8;
   int pipe_active_shards = 2;
   // The loader's shuffle block (LoaderOptions::shuffle_window), in samples.
   uint64_t pipe_window_samples = 0;

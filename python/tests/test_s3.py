@@ -383,3 +383,50 @@ def test_an_outage_is_an_error_even_when_damaged_samples_are_skipped(
     assert error is not None and "gave up after" in str(error), (
         f"the epoch ended without an error, {skipped} samples skipped")
     assert skipped == 0
+
+
+# RELIABILITY.md N13: one byte damaged on the way (HTTP sees nothing wrong)
+# is caught by a CRC, fetched once more from the store, and never delivered
+# or cached; damaged every time, it is a hard error naming the shard.
+_N13_SHARD = "shard-00003.stk"
+
+
+def _flip(times):
+    return [{"method": "GET", "path": _N13_SHARD, "has_range": True, "action": "flip_byte",
+             "times": times}]
+
+
+def _n13_loader(dataset, mode, proxy, tmp_path):
+    return stoker.Loader(dataset, mode=mode, endpoint_url=proxy.endpoint,
+                         cache_dir=tmp_path / "cache", local_dir=tmp_path / "local",
+                         **_PARTITION_KWARGS)
+
+
+@pytest.mark.parametrize("mode", ["file", "pipe", "fastfile"])
+def test_a_byte_flipped_on_the_way_is_fetched_again(mode, s3_many_shards, fault_proxy, tmp_path):
+    planned = _planned_epoch(s3_many_shards, mode, tmp_path)
+    fault_proxy.rules(_flip(1))
+    got = _payloads(_n13_loader(s3_many_shards, mode, fault_proxy, tmp_path))
+    flips = [e for e in fault_proxy.log() if e["action"] == "flip_byte"]
+    assert len(flips) == 1, "the damaged answer was never sent: nothing was tested"
+    assert got == planned
+
+
+@pytest.mark.parametrize("mode", ["file", "pipe", "fastfile"])
+def test_a_byte_flipped_every_time_is_an_error_and_never_cached(
+        mode, s3_many_shards, fault_proxy, tmp_path):
+    planned = _planned_epoch(s3_many_shards, mode, tmp_path)
+    fault_proxy.rules(_flip(-1))
+    with pytest.raises(stoker.StokerError, match=r"shard-00003\.stk.*(CRC|checksum)"):
+        _payloads(_n13_loader(s3_many_shards, mode, fault_proxy, tmp_path))
+    requests = [e for e in fault_proxy.log() if _N13_SHARD in e["path"]]
+    if mode != "pipe":  # the whole shard, fetched twice: once more, then the error
+        whole = [e for e in requests if e["range"].startswith("bytes=0-")]
+        assert len(whole) == 2, requests
+    # Nothing damaged stayed behind: the next loader, the link healthy, on the
+    # same cache and download folders, reads the right bytes.
+    fault_proxy.rules([])
+    loader = _n13_loader(s3_many_shards, mode, fault_proxy, tmp_path)
+    assert _payloads(loader) == planned
+    if mode == "fastfile":
+        assert loader.stats()["cache_misses"] >= 1

@@ -266,6 +266,7 @@ struct Dataset::Remote {
     std::atomic<const shard::ShardReader*> ready{nullptr};
     std::atomic<uint64_t> noted_epoch{0};  // the plan generation this shard was read in
     std::shared_ptr<io::StreamingByteSource> stream;  // pipe; written once under mu
+    std::shared_ptr<const io::ByteSource> direct;     // pipe: the store, past the ring
   };
   std::vector<std::unique_ptr<Slot>> slots;
 
@@ -283,7 +284,12 @@ struct Dataset::Remote {
     std::lock_guard<std::mutex> lock(slot.mu);
     if (!slot.tried) {
       slot.tried = true;
-      absl::StatusOr<std::unique_ptr<shard::ShardReader>> r = OpenShard(s, &slot.stream);
+      absl::StatusOr<std::unique_ptr<shard::ShardReader>> r =
+          OpenShard(s, &slot.stream, &slot.direct);
+      if (mode == InputMode::kPipe && absl::IsDataLoss(r.status())) {
+        // Damaged on the way (RELIABILITY.md N13): once more from the store.
+        r = OpenShard(s, &slot.stream, &slot.direct);
+      }
       if (r.ok()) {
         slot.reader = std::move(*r);
         slot.ready.store(slot.reader.get(), std::memory_order_release);
@@ -300,7 +306,8 @@ struct Dataset::Remote {
   }
 
   absl::StatusOr<std::unique_ptr<shard::ShardReader>> OpenShard(
-      uint64_t s, std::shared_ptr<io::StreamingByteSource>* stream_out) {
+      uint64_t s, std::shared_ptr<io::StreamingByteSource>* stream_out,
+      std::shared_ptr<const io::ByteSource>* direct_out) {
     const ShardInfo& info = manifest->shards[s];
     const std::string path = ShardPath(uri, info);
     std::shared_ptr<const io::ByteSource> src;
@@ -321,6 +328,7 @@ struct Dataset::Remote {
           io::OpenS3Object(*client, loc->bucket, loc->key, info.bytes);
       if (!opened.ok()) return opened.status();
       auto counted = std::make_shared<CountingSource>(std::move(*opened), &downloaded);
+      *direct_out = counted;
       std::shared_ptr<io::StreamingByteSource> stream =
           io::MakeStreamingSource(std::move(counted), streaming);
       stream->Warm();  // the first parts come while the index is read
@@ -609,6 +617,14 @@ absl::Status Dataset::ReadView(uint64_t i, std::string* scratch, shard::RecordVi
     absl::StatusOr<const shard::ShardReader*> r = remote_->Reader(s);
     if (!r.ok()) return r.status();
     reader = *r;
+    absl::Status st = reader->ReadRecord(i - first_record_[s], scratch, out);
+    const io::ByteSource* direct = remote_->slots[s]->direct.get();
+    if (absl::IsDataLoss(st) && direct != nullptr) {
+      // Pipe: bytes damaged on the way are read once more from the store
+      // (RELIABILITY.md N13); damaged again, the error stands.
+      st = reader->ReadRecordFrom(*direct, i - first_record_[s], scratch, out);
+    }
+    return st;
   }
   return reader->ReadRecord(i - first_record_[s], scratch, out);
 }

@@ -176,13 +176,18 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(
 }
 
 absl::Status ShardReader::ReadRecord(uint64_t i, std::string* scratch, RecordView* out) const {
+  return ReadRecordFrom(*source_, i, scratch, out);
+}
+
+absl::Status ShardReader::ReadRecordFrom(const io::ByteSource& from, uint64_t i,
+                                         std::string* scratch, RecordView* out) const {
   if (i >= index_.size()) {
     return absl::OutOfRangeError(
         stoker::StrCat("record ", i, " of shard ", name(), " which has ", index_.size()));
   }
   const IndexEntry& e = index_[i];
   scratch->resize(e.size);
-  if (absl::Status s = source_->ReadAt(e.offset, e.size, scratch->data()); !s.ok()) return s;
+  if (absl::Status s = from.ReadAt(e.offset, e.size, scratch->data()); !s.ok()) return s;
   absl::Status s = ParseRecord(*scratch, e.offset, name(), out);
   if (s.ok() && out->label != e.label) {
     return Damaged(name(), e.offset, stoker::StrCat("record label ", out->label,

@@ -70,6 +70,11 @@ class ShardReader {
   // CRC mismatch.
   absl::Status ReadRecord(uint64_t i, std::string* scratch, RecordView* out) const;
 
+  // ReadRecord with the bytes read from `from` (the same shard through
+  // another path: the store directly rather than a read-ahead ring).
+  absl::Status ReadRecordFrom(const io::ByteSource& from, uint64_t i, std::string* scratch,
+                              RecordView* out) const;
+
  private:
   ShardReader(std::shared_ptr<const io::ByteSource> source, std::vector<IndexEntry> index)
       : source_(std::move(source)), index_(std::move(index)) {}

@@ -62,6 +62,9 @@ first applicable rule in list order wins. Actions ("action" plus parameters):
                              client still waits when it ends is then served
                              (TCP retransmission getting through). Control
                              requests are still answered.
+    flip_byte            forward; invert the bits of the body byte at "at"
+                         (default: the middle one), headers unchanged: bytes
+                         damaged on the way that HTTP does not notice (N13)
 """
 import base64
 import json
@@ -412,6 +415,9 @@ class Handler(socketserver.BaseRequestHandler):
                     ("Content-Range", "%s %d-%s" % (unit, int(first) + 1, rest))]
         elif action == "drop_etag":
             rheaders = without(rheaders, "etag")
+        elif action == "flip_byte" and rbody:
+            at = min(rule.get("at", len(rbody) // 2), len(rbody) - 1)
+            rbody = rbody[:at] + bytes([rbody[at] ^ 0xFF]) + rbody[at + 1:]
         if method != "HEAD":
             rheaders = set_content_length(rheaders, len(rbody))
 
