@@ -248,6 +248,13 @@ def _planned_epoch(dataset, mode, tmp_path):
                                    **_PARTITION_KWARGS))
 
 
+def _proxied_loader(dataset, mode, proxy, tmp_path, **extra):
+    """A loader reading `dataset` through the fault proxy, in dataset order."""
+    return stoker.Loader(dataset, mode=mode, endpoint_url=proxy.endpoint,
+                         cache_dir=tmp_path / "cache", local_dir=tmp_path / "local",
+                         **_PARTITION_KWARGS, **extra)
+
+
 def _partition(seconds):
     """The store goes down at the next GET, for `seconds`."""
     return [{"method": "GET", "action": "partition", "mode": "refuse", "seconds": seconds}]
@@ -259,8 +266,7 @@ def test_partition_shorter_than_the_retry_budget_is_ridden_out(
     planned = _planned_epoch(s3_many_shards, mode, tmp_path)
     # 19 retries of 50 ms to 5 s backoff (full jitter) outlast 0.5 s by far.
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "20")
-    loader = stoker.Loader(s3_many_shards, mode=mode, endpoint_url=fault_proxy.endpoint,
-                           cache_dir=tmp_path / "cache", **_PARTITION_KWARGS)
+    loader = _proxied_loader(s3_many_shards, mode, fault_proxy, tmp_path)
     got = []
     faulthandler.dump_traceback_later(60, exit=True)  # a hang fails, loudly
     try:
@@ -356,8 +362,7 @@ def test_the_loader_that_failed_continues_once_the_link_is_back(
         mode, s3_many_shards, fault_proxy, monkeypatch, tmp_path):
     planned = _planned_epoch(s3_many_shards, mode, tmp_path)
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
-    loader = stoker.Loader(s3_many_shards, mode=mode, endpoint_url=fault_proxy.endpoint,
-                           cache_dir=tmp_path / "cache", **_PARTITION_KWARGS)
+    loader = _proxied_loader(s3_many_shards, mode, fault_proxy, tmp_path)
     got = _fail_mid_epoch(loader, fault_proxy, 2.0)
     fault_proxy.wait_until_up(10)
     assert got + _payloads(loader) == planned
@@ -367,8 +372,7 @@ def test_the_loader_that_failed_continues_once_the_link_is_back(
 def test_an_outage_is_an_error_even_when_damaged_samples_are_skipped(
         mode, s3_many_shards, fault_proxy, monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
-    loader = stoker.Loader(s3_many_shards, mode=mode, endpoint_url=fault_proxy.endpoint,
-                           cache_dir=tmp_path / "cache", on_error="skip", **_PARTITION_KWARGS)
+    loader = _proxied_loader(s3_many_shards, mode, fault_proxy, tmp_path, on_error="skip")
     got, error = [], None
     try:
         for batch, _ in loader:
@@ -396,17 +400,11 @@ def _flip(times):
              "times": times}]
 
 
-def _n13_loader(dataset, mode, proxy, tmp_path):
-    return stoker.Loader(dataset, mode=mode, endpoint_url=proxy.endpoint,
-                         cache_dir=tmp_path / "cache", local_dir=tmp_path / "local",
-                         **_PARTITION_KWARGS)
-
-
 @pytest.mark.parametrize("mode", ["file", "pipe", "fastfile"])
 def test_a_byte_flipped_on_the_way_is_fetched_again(mode, s3_many_shards, fault_proxy, tmp_path):
     planned = _planned_epoch(s3_many_shards, mode, tmp_path)
     fault_proxy.rules(_flip(1))
-    got = _payloads(_n13_loader(s3_many_shards, mode, fault_proxy, tmp_path))
+    got = _payloads(_proxied_loader(s3_many_shards, mode, fault_proxy, tmp_path))
     flips = [e for e in fault_proxy.log() if e["action"] == "flip_byte"]
     assert len(flips) == 1, "the damaged answer was never sent: nothing was tested"
     assert got == planned
@@ -418,7 +416,7 @@ def test_a_byte_flipped_every_time_is_an_error_and_never_cached(
     planned = _planned_epoch(s3_many_shards, mode, tmp_path)
     fault_proxy.rules(_flip(-1))
     with pytest.raises(stoker.StokerError, match=r"shard-00003\.stk.*(CRC|checksum)"):
-        _payloads(_n13_loader(s3_many_shards, mode, fault_proxy, tmp_path))
+        _payloads(_proxied_loader(s3_many_shards, mode, fault_proxy, tmp_path))
     requests = [e for e in fault_proxy.log() if _N13_SHARD in e["path"]]
     if mode != "pipe":  # the whole shard, fetched twice: once more, then the error
         whole = [e for e in requests if e["range"].startswith("bytes=0-")]
@@ -426,7 +424,7 @@ def test_a_byte_flipped_every_time_is_an_error_and_never_cached(
     # Nothing damaged stayed behind: the next loader, the link healthy, on the
     # same cache and download folders, reads the right bytes.
     fault_proxy.rules([])
-    loader = _n13_loader(s3_many_shards, mode, fault_proxy, tmp_path)
+    loader = _proxied_loader(s3_many_shards, mode, fault_proxy, tmp_path)
     assert _payloads(loader) == planned
     if mode == "fastfile":
         assert loader.stats()["cache_misses"] >= 1
