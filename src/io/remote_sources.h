@@ -21,7 +21,7 @@
 namespace stoker::io {
 
 struct DownloadOptions {
-  size_t chunk_bytes = size_t{8} << 20;  // read size from the source
+  size_t chunk_bytes = size_t{8} << 20;  // read from the source as up to 8 ranges at once
   // The object's CRC-32C when known (the manifest has every shard's): a
   // finished download that does not match is deleted and fetched once more,
   // then reported as DataLoss. An existing complete file that matches is
